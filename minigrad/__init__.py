@@ -1,0 +1,1 @@
+"""minigrad: a lazy tensor compiler. `from minigrad import Tensor, dtypes, Device`."""
