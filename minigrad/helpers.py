@@ -1,0 +1,66 @@
+"""Small shared utilities: environment flags (DEBUG, BEAM, NOOPT ...), GlobalCounters, the cache directory.
+
+Input: the process environment. Output: flag values, counters and helpers every stage may use.
+"""
+from __future__ import annotations
+from typing import Any, Iterable
+import functools
+import math
+import os
+import pathlib
+
+
+@functools.cache
+def getenv(key: str, default: Any = 0) -> Any:
+  """An environment variable converted to the type of `default` (read once, then cached)."""
+  value = os.environ.get(key)
+  if value is None: return default
+  return type(default)(value)
+
+
+class ContextVar:
+  """A flag read from the environment once, that tests and code may change at run time (`DEBUG.value = 4`)."""
+  def __init__(self, key: str, default: int):
+    self.key = key
+    self.value = int(os.environ.get(key, default))
+  def __bool__(self) -> bool: return bool(self.value)
+  def __ge__(self, other: int) -> bool: return self.value >= other
+  def __gt__(self, other: int) -> bool: return self.value > other
+  def __lt__(self, other: int) -> bool: return self.value < other
+  def __le__(self, other: int) -> bool: return self.value <= other
+  def __repr__(self) -> str: return f"{self.key}={self.value}"
+
+
+DEBUG, BEAM, NOOPT = ContextVar("DEBUG", 0), ContextVar("BEAM", 0), ContextVar("NOOPT", 0)
+
+
+class GlobalCounters:
+  """Totals since the last reset(): kernels launched, FLOPs, bytes moved and kernel seconds (as in tinygrad)."""
+  kernel_count: int = 0
+  global_ops: int = 0
+  global_mem: int = 0
+  time_sum_s: float = 0.0
+
+  @staticmethod
+  def reset() -> None:
+    GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s = 0, 0, 0, 0.0
+
+
+def prod(xs: Iterable[int]) -> int: return math.prod(xs)
+
+
+def cache_dir() -> pathlib.Path:
+  """Where compiled binaries and search results are kept: $MINIGRAD_CACHE or ~/.cache/minigrad."""
+  path = pathlib.Path(os.environ.get("MINIGRAD_CACHE") or pathlib.Path.home() / ".cache" / "minigrad")
+  path.mkdir(parents=True, exist_ok=True)
+  return path
+
+
+def colored(text: str, color: str | None) -> str:
+  codes = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
+  return f"\u001b[{codes[color]}m{text}\u001b[0m" if color else text
+
+
+def to_tuple(shape: Any) -> tuple[int, ...]:
+  if isinstance(shape, int): return (shape,)
+  return tuple(int(s) for s in shape)
