@@ -1,1 +1,7 @@
 """minigrad: a lazy tensor compiler. `from minigrad import Tensor, dtypes, Device`."""
+from minigrad.dtype import dtypes, DType
+from minigrad.helpers import GlobalCounters
+from minigrad.runtime.device import Device
+from minigrad.tensor import Tensor
+
+__all__ = ["Tensor", "dtypes", "DType", "Device", "GlobalCounters"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from enum import Enum, auto
 from functools import cached_property
 from typing import Any, Callable, Iterator
+import itertools
 import math
 import operator
 import weakref
@@ -24,6 +25,7 @@ class Ops(Enum):
   VIEW = auto()
   # kernel AST
   SINK = auto(); DEFINE_GLOBAL = auto(); LOAD = auto(); STORE = auto(); REDUCE_AXIS = auto()
+  VALID = auto()   # bool: is this kernel coordinate inside the VIEW's mask (from pad)
   # lowered loop code
   RANGE = auto(); REDUCE = auto(); INDEX = auto(); DEFINE_ACC = auto(); ASSIGN = auto(); ENDRANGE = auto()
   SPECIAL = auto(); DEFINE_VAR = auto(); VECTORIZE = auto(); GEP = auto(); IF = auto(); ENDIF = auto()
@@ -108,6 +110,9 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple) -> Any:
   return truncate(python_alu[op](*operands), dtype)
 
 
+_buffer_ids = itertools.count()   # the one global counter: ids of BUFFER nodes
+
+
 class _UOpCache(type):
   """Hash-consing: UOp(...) with the same (op, dtype, src, arg) returns the existing node while it is alive."""
   live: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -148,6 +153,41 @@ class UOp(metaclass=_UOpCache):
     return toposort([self])
 
   def sparents(self) -> set[UOp]: return set(self.toposort)
+
+  # ---- tensor graph and kernel AST facts ----
+  @cached_property
+  def shape(self) -> tuple[int, ...]:
+    """The shape of a tensor-graph or kernel-AST node (lowered loop code has no shapes)."""
+    if self.op is Ops.BUFFER: return (self.arg[1],)
+    if self.op is Ops.VIEW: return self.arg.shape
+    if self.op in (Ops.CONST, Ops.VALID, Ops.LOAD, Ops.STORE):
+      views = [s for s in self.src if s.op is Ops.VIEW]
+      return views[0].arg.shape if views else ()
+    if self.op is Ops.REDUCE_AXIS:
+      axes = self.arg[1]
+      return tuple(1 if i in axes else d for i, d in enumerate(self.src[0].shape))
+    if self.op is Ops.SINK: return ()
+    return self.src[0].shape
+
+  @property
+  def size(self) -> int: return math.prod(self.shape)
+
+  @cached_property
+  def device(self) -> str:
+    if self.op is Ops.DEVICE: return self.arg
+    if self.op in (Ops.BUFFER, Ops.CONST): return self.src[0].arg
+    if self.op is Ops.COPY: return self.src[1].arg
+    return self.src[0].device
+
+  @property
+  def base(self) -> UOp:
+    """The node a chain of tensor-graph VIEWs looks at."""
+    return self.src[0].base if self.op is Ops.VIEW and self.src else self
+
+  @staticmethod
+  def new_buffer(device: str, size: int, dtype: DType) -> UOp:
+    """A fresh BUFFER node (a unique id makes each one distinct)."""
+    return UOp(Ops.BUFFER, dtype, (UOp(Ops.DEVICE, arg=device),), (next(_buffer_ids), size))
 
   # ---- constructors ----
   @staticmethod

@@ -1,0 +1,143 @@
+"""The C renderer: linearized UOps -> C source text. It owns spelling only.
+
+Input: the linearizer's list of UOps and a kernel name. Output: the source of one C function
+`void name(T* restrict data0, const T* restrict data1, ...)`. Values used once are inlined into the
+expression that uses them; LOADs, accumulators and values used more than once get named variables.
+A renderer is a table from op to text plus a function header, so other C-like languages (OpenCL, CUDA)
+subclass it and change the table.
+"""
+from __future__ import annotations
+from typing import Callable
+import math
+import numpy as np
+from minigrad.dtype import DType, dtypes, PtrDType
+from minigrad.uop.ops import UOp, Ops, GroupOp
+
+
+class CRenderer:
+  device = "CPU"
+  kernel_prefix = ""
+  buffer_prefix = ""
+  type_names: dict[DType, str] = {
+    dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+    dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+    dtypes.uint64: "unsigned long long", dtypes.float32: "float", dtypes.float64: "double", dtypes.float16: "_Float16",
+  }
+  # op -> text from the rendered operands (and dtype of the result)
+  code_for_op: dict[Ops, Callable[..., str]] = {
+    Ops.NEG: lambda x, dt: f"(!{x})" if dt == dtypes.bool else f"(-{x})",
+    Ops.SQRT: lambda x, dt: f"{'sqrt' if dt == dtypes.float64 else 'sqrtf'}({x})",
+    Ops.EXP2: lambda x, dt: f"{'exp2' if dt == dtypes.float64 else 'exp2f'}({x})",
+    Ops.LOG2: lambda x, dt: f"{'log2' if dt == dtypes.float64 else 'log2f'}({x})",
+    Ops.SIN: lambda x, dt: f"{'sin' if dt == dtypes.float64 else 'sinf'}({x})",
+    Ops.TRUNC: lambda x, dt: f"{'trunc' if dt == dtypes.float64 else 'truncf'}({x})",
+    Ops.RECIP: lambda x, dt: f"(1.0{'' if dt == dtypes.float64 else 'f'}/{x})",
+    Ops.ADD: lambda a, b, dt: f"({a}+{b})", Ops.MUL: lambda a, b, dt: f"({a}*{b})",
+    Ops.IDIV: lambda a, b, dt: f"({a}/{b})", Ops.MOD: lambda a, b, dt: f"({a}%{b})", Ops.FDIV: lambda a, b, dt: f"({a}/{b})",
+    Ops.MAX: lambda a, b, dt: f"(({a}<{b})?{b}:{a})",
+    Ops.CMPLT: lambda a, b, dt: f"({a}<{b})", Ops.CMPNE: lambda a, b, dt: f"({a}!={b})",
+    Ops.AND: lambda a, b, dt: f"({a}&{b})", Ops.OR: lambda a, b, dt: f"({a}|{b})", Ops.XOR: lambda a, b, dt: f"({a}^{b})",
+    Ops.SHL: lambda a, b, dt: f"({a}<<{b})", Ops.SHR: lambda a, b, dt: f"({a}>>{b})",
+    Ops.WHERE: lambda c, a, b, dt: f"({c}?{a}:{b})", Ops.MULACC: lambda a, b, c, dt: f"(({a}*{b})+{c})",
+  }
+  includes = ["#include <math.h>"]
+
+  def type_name(self, dt: DType) -> str:
+    if isinstance(dt, PtrDType): return self.type_name(dt.base) + "*"
+    if dt not in self.type_names: raise NotImplementedError(f"{type(self).__name__} can't render dtype {dt}")
+    return self.type_names[dt]
+
+  def render_const(self, value: float | int | bool, dt: DType) -> str:
+    if dtypes.is_bool(dt): return "1" if value else "0"
+    if dtypes.is_float(dt):
+      if math.isnan(value): return "NAN"
+      if math.isinf(value): return ("-" if value < 0 else "") + "INFINITY"
+      if dt == dtypes.float64: return repr(float(value))
+      text = str(np.float32(value))
+      if "e" not in text and "." not in text and "n" not in text: text += ".0"
+      return f"{text}f" if dt == dtypes.float32 else f"(({self.type_name(dt)}){text}f)"
+    if dt in (dtypes.int64,): return f"{int(value)}ll"
+    if dt in (dtypes.uint64,): return f"{int(value)}ull"
+    if dt in (dtypes.uint32,): return f"{int(value)}u"
+    if dt == dtypes.int32 and value == dtypes.min(dtypes.int32): return "(-2147483647-1)"
+    return str(int(value))
+
+  def render_cast(self, x: str, dt: DType) -> str: return f"(({self.type_name(dt)})({x}))"
+
+  def kernel_header(self, name: str, globals_: list[UOp], written: set[int]) -> str:
+    params = []
+    for g in globals_:
+      const = "" if g.arg in written else "const "
+      params.append(f"{const}{self.type_name(g.dtype.base)}* restrict {self.buffer_prefix}data{g.arg}")
+    return f"{self.kernel_prefix}void {name}({', '.join(params)})"
+
+  def render(self, name: str, uops: list[UOp]) -> str:
+    uses: dict[UOp, int] = {}
+    for u in uops:
+      for s in u.src: uses[s] = uses.get(s, 0) + 1
+    names: dict[UOp, str] = {}
+    counters: dict[str, int] = {}
+    lines: list[str] = []
+    depth = 1
+    globals_ = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+    written = {u.src[0].src[0].arg for u in uops if u.op is Ops.STORE}
+
+    def fresh(prefix: str) -> str:
+      counters[prefix] = counters.get(prefix, 0) + 1
+      return f"{prefix}{counters[prefix] - 1}"
+
+    def line(text: str) -> None: lines.append("  " * depth + text)
+
+    for u in uops:
+      src = [names.get(s, "") for s in u.src]
+      if u.op is Ops.DEFINE_GLOBAL: names[u] = f"{self.buffer_prefix}data{u.arg}"
+      elif u.op is Ops.CONST: names[u] = self.render_const(u.arg, u.dtype)
+      elif u.op is Ops.RANGE:
+        var = fresh("ridx" if u.arg[1] == "reduce" else "gidx")
+        names[u] = var
+        line(f"for (int {var} = {src[0]}; {var} < {src[1]}; {var}++) {{")
+        depth += 1
+      elif u.op is Ops.ENDRANGE:
+        depth -= 1
+        line("}")
+      elif u.op is Ops.INDEX: names[u] = f"{src[0]}[{_strip(src[1])}]"
+      elif u.op is Ops.LOAD:
+        index = u.src[0]
+        expr = f"({names[index.src[2]]}?{names[index]}:{self.render_const(0, u.dtype)})" if len(index.src) > 2 else names[index]
+        names[u] = fresh("val")
+        line(f"{self.type_name(u.dtype)} {names[u]} = {expr};")
+      elif u.op is Ops.STORE:
+        index = u.src[0]
+        store = f"{names[index]} = {_strip(src[1])};"
+        line(f"if ({names[index.src[2]]}) {store}" if len(index.src) > 2 else store)
+      elif u.op is Ops.DEFINE_ACC:
+        names[u] = fresh("acc")
+        line(f"{self.type_name(u.dtype)} {names[u]} = {src[0]};")
+      elif u.op is Ops.ASSIGN:
+        line(f"{src[0]} = {_strip(src[1])};")
+        names[u] = src[0]
+      else:
+        if u.op is Ops.CAST: expr = self.render_cast(src[0], u.dtype)
+        elif u.op in GroupOp.ALU: expr = self.code_for_op[u.op](*src, u.src[0].dtype if u.op in GroupOp.Comparison else u.dtype)
+        else: raise NotImplementedError(f"{type(self).__name__} can't render {u.op}")
+        if uses.get(u, 0) <= 1 or (u.dtype == dtypes.index and _is_index_math(u)): names[u] = expr
+        else:
+          names[u] = fresh("alu")
+          line(f"{self.type_name(u.dtype)} {names[u]} = {_strip(expr)};")
+    header = self.kernel_header(name, globals_, written)
+    return "\n".join(self.includes + [header + " {"] + lines + ["}"]) + "\n"
+
+
+def _strip(expr: str) -> str:
+  """Drop one pair of redundant outer parentheses: `(a+b)` -> `a+b` (not `(a)+(b)`)."""
+  if not (expr.startswith("(") and expr.endswith(")")): return expr
+  depth = 0
+  for i, ch in enumerate(expr):
+    depth += ch == "("
+    depth -= ch == ")"
+    if depth == 0 and i != len(expr) - 1: return expr
+  return expr[1:-1]
+
+
+def _is_index_math(u: UOp) -> bool:
+  return all(s.op in (Ops.CONST, Ops.RANGE, Ops.SPECIAL) or s.op in GroupOp.ALU for s in u.src)

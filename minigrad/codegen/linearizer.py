@@ -1,0 +1,103 @@
+"""Linearization: lowered loop code (a graph) -> a flat list of UOps in execution order.
+
+Input: the lowerer's SINK. Output: a list of UOps where RANGE opens a loop and ENDRANGE closes it, and each
+REDUCE has become DEFINE_ACC (before its loops) + ASSIGN (inside) with users reading the accumulator after
+the loops close. Every node is emitted after its sources and inside exactly the loops it depends on.
+
+Placement rule: the global loops open first, outermost first. A node goes where it is first needed; before
+a reduce opens its loops, everything the reduce's body needs that does not depend on those loops is
+emitted outside them, so loop-invariant values are computed once and stay in scope after the loop.
+"""
+from __future__ import annotations
+from minigrad.dtype import dtypes
+from minigrad.uop.ops import UOp, Ops, reduce_identity
+
+
+def _ranges_of(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+  """For each node, the loops it must be inside: the RANGEs it depends on, minus those its REDUCEs close."""
+  inside: dict[UOp, frozenset[UOp]] = {}
+  for node in sink.toposort:
+    deps = frozenset().union(*(inside[s] for s in node.src)) if node.src else frozenset()
+    if node.op is Ops.RANGE: deps = deps | {node}
+    elif node.op is Ops.REDUCE: deps = frozenset(inside[node.src[0]]) - set(node.src[1:])
+    inside[node] = deps
+  return inside
+
+
+def _body_order(value: UOp) -> list[UOp]:
+  """Post-order of `value`'s graph without entering REDUCE bodies (a nested reduce is one step)."""
+  order, seen = [], set()
+  stack: list[tuple[UOp, bool]] = [(value, False)]
+  while stack:
+    node, done = stack.pop()
+    if node in seen: continue
+    if done:
+      seen.add(node)
+      order.append(node)
+      continue
+    stack.append((node, True))
+    if node.op is not Ops.REDUCE: stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+  return order
+
+
+class _Emitter:
+  def __init__(self, sink: UOp):
+    self.inside = _ranges_of(sink)
+    self.out: list[UOp] = []
+    self.emitted: dict[UOp, UOp] = {}     # graph node -> the node in `out` that stands for it
+    self.scopes: list[list[UOp]] = []      # nodes emitted inside each open reduce loop
+    self.acc_count = 0
+
+  def place(self, node: UOp, emitted_node: UOp) -> None:
+    self.emitted[node] = emitted_node
+    if self.scopes: self.scopes[-1].append(node)
+
+  def emit(self, root: UOp) -> None:
+    for node in _body_order(root):
+      if node in self.emitted: continue
+      if node.op is Ops.REDUCE:
+        self.emit_reduce(node)
+        continue
+      if node.op is Ops.RANGE:   # loops are opened by the kernel (globals) or by their reduce
+        raise RuntimeError(f"range {node.arg} used outside its loop")
+      rebuilt = node.replace(src=tuple(self.emitted[s] for s in node.src))
+      self.out.append(rebuilt)
+      self.place(node, rebuilt)
+
+  def emit_reduce(self, reduce: UOp) -> None:
+    value, loops = reduce.src[0], reduce.src[1:]
+    # what the body needs from outside these loops comes first, so it stays in scope afterwards
+    for node in _body_order(value):
+      if node not in self.emitted and not (self.inside[node] & set(loops)) and node.op is not Ops.RANGE: self.emit(node)
+    acc = UOp(Ops.DEFINE_ACC, reduce.dtype, (UOp.const(reduce.dtype, reduce_identity(reduce.arg, reduce.dtype)),), self.acc_count)
+    self.acc_count += 1
+    self.out.extend([acc.src[0], acc])
+    for rng in loops:
+      self.emit_range(rng)
+      self.scopes.append([])
+    self.emit(value)
+    update = UOp(Ops.ASSIGN, reduce.dtype, (acc, acc.alu(reduce.arg, self.emitted[value])))
+    self.out.extend([update.src[1], update])
+    for rng in reversed(loops):
+      self.out.append(UOp(Ops.ENDRANGE, dtypes.void, (self.emitted[rng],)))
+      for node in self.scopes.pop(): del self.emitted[node]   # out of scope once the loop closes
+      del self.emitted[rng]
+    self.place(reduce, acc)
+
+  def emit_range(self, rng: UOp) -> None:
+    for bound in rng.src:
+      if bound not in self.emitted: self.emit(bound)
+    rebuilt = rng.replace(src=tuple(self.emitted[s] for s in rng.src))
+    self.out.append(rebuilt)
+    self.emitted[rng] = rebuilt
+
+
+def linearize(sink: UOp, global_ranges: list[UOp]) -> list[UOp]:
+  """Flatten lowered code. `global_ranges` are the kernel's output loops, outermost first."""
+  emitter = _Emitter(sink)
+  for rng in global_ranges:
+    if rng in emitter.inside[sink] or any(rng in r for r in emitter.inside.values()): emitter.emit_range(rng)
+  for store in sink.src: emitter.emit(store)
+  for rng in reversed([r for r in global_ranges if r in emitter.emitted]):
+    emitter.out.append(UOp(Ops.ENDRANGE, dtypes.void, (emitter.emitted[rng],)))
+  return emitter.out

@@ -1,0 +1,1 @@
+"""The engine: runs schedules (realize.py). Input: ScheduleItems; output: filled buffers."""

@@ -1,0 +1,110 @@
+"""Realize: run a schedule on its devices.
+
+Input: ScheduleItems from the scheduler. Output: filled runtime Buffers, and DEBUG output / GlobalCounters.
+Each kernel AST is compiled once per device (Kernel -> lower -> linearize -> render -> compile) and kept in
+`compiled_kernels`; the device compiler also keeps binaries on disk.
+
+`buffers` maps each BUFFER node of the tensor graph to its runtime Buffer. It is a documented cache with weak
+keys: when no graph mentions a BUFFER node any more, its memory is freed.
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+import time
+import weakref
+from minigrad.helpers import DEBUG, GlobalCounters, colored
+from minigrad.uop.ops import UOp, Ops, GroupOp, pretty
+from minigrad.schedule.scheduler import ScheduleItem
+from minigrad.codegen.kernel import Kernel
+from minigrad.codegen.lowerer import lower, loop_ranges
+from minigrad.codegen.linearizer import linearize
+from minigrad.runtime.device import Buffer, Device
+
+buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+
+
+def buffer_of(node: UOp) -> Buffer:
+  """The runtime Buffer behind a BUFFER node (created, not yet allocated, on first use)."""
+  if node.op is not Ops.BUFFER: raise ValueError(f"expected a BUFFER node, got {node.op}")
+  if (buf := buffers.get(node)) is None: buf = buffers[node] = Buffer(node.device, node.arg[1], node.dtype)
+  return buf
+
+
+@dataclass
+class CompiledKernel:
+  name: str
+  device: str
+  source: str
+  uops: list[UOp]
+  kernel: Kernel
+  program: object
+  flops: int
+
+
+def count_flops(uops: list[UOp]) -> int:
+  """ALU operations executed on data (index math excluded), multiplied by the trip counts of their loops."""
+  index_math: set[UOp] = set()
+  trips, total = [1], 0
+  for u in uops:
+    if u.op is Ops.RANGE:
+      trips.append(trips[-1] * max(0, u.src[1].arg - u.src[0].arg) if u.src[1].op is Ops.CONST else trips[-1])
+      index_math.add(u)
+    elif u.op is Ops.ENDRANGE: trips.pop()
+    elif u.op is Ops.CONST: index_math.add(u)
+    elif u.op in GroupOp.ALU:
+      if all(s in index_math for s in u.src): index_math.add(u)
+      else: total += trips[-1]
+  return total
+
+
+compiled_kernels: dict[tuple[UOp, str], CompiledKernel] = {}
+
+
+def get_kernel(ast: UOp, device: str) -> CompiledKernel:
+  key = (ast, device)
+  if (found := compiled_kernels.get(key)) is not None: return found
+  dev = Device[device]
+  kernel = Kernel(ast)
+  if DEBUG >= 3:
+    print(pretty(ast))
+    print(f"{kernel.name}: full shape {kernel.full_shape}, applied opts {kernel.applied_opts}")
+  lowered = lower(kernel)
+  uops = linearize(lowered, [r for r in loop_ranges(kernel) if r.arg[1] == "global"])
+  if DEBUG >= 5:
+    for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype.name:8s} {u.arg if u.op is not Ops.CONST else u.arg!r}")
+  source = dev.renderer.render(kernel.name, uops)
+  if DEBUG >= 4: print(source)
+  lib = dev.compiler.compile_cached(source)
+  program = dev.program(kernel.name, lib)
+  compiled = compiled_kernels[key] = CompiledKernel(kernel.name, device, source, uops, kernel, program, count_flops(uops))
+  return compiled
+
+
+def run_schedule(items: list[ScheduleItem]) -> None:
+  for item in items:
+    kernel = get_kernel(item.ast, item.device)
+    bufs = [buffer_of(b).allocate() for b in item.bufs]
+    seconds = kernel.program(*[b.opaque for b in bufs], wait=DEBUG >= 2)
+    nbytes = sum(b.nbytes for b in bufs)
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += kernel.flops
+    GlobalCounters.global_mem += nbytes
+    if seconds is not None: GlobalCounters.time_sum_s += seconds
+    if DEBUG >= 1: _print_launch(kernel, len(bufs), nbytes, seconds)
+
+
+def _print_launch(kernel: CompiledKernel, nbufs: int, nbytes: int, seconds: float | None) -> None:
+  line = f"*** {kernel.device:5s} {GlobalCounters.kernel_count:4d} {colored(kernel.name, 'cyan' if kernel.kernel.reduce_axes else 'green'):30s} " \
+         f"arg {nbufs:2d} mem {GlobalCounters.global_mem / 1e9:7.3f} GB"
+  if seconds is not None:
+    rate = max(seconds, 1e-9)
+    line += f" tm {seconds * 1e6:9.2f}us/{GlobalCounters.time_sum_s * 1e3:9.2f}ms " \
+            f"({kernel.flops / rate / 1e9:7.2f} GFLOPS {nbytes / rate / 1e9:6.2f} GB/s)"
+  print(line)
+
+
+def print_totals() -> None:
+  """DEBUG>=2 summary: kernels, time and rates since the last GlobalCounters.reset()."""
+  seconds = max(GlobalCounters.time_sum_s, 1e-9)
+  print(f"total: {GlobalCounters.kernel_count} kernels, {GlobalCounters.time_sum_s * 1e3:.2f} ms, "
+        f"{GlobalCounters.global_ops / seconds / 1e9:.2f} GFLOPS, {GlobalCounters.global_mem / seconds / 1e9:.2f} GB/s")
+

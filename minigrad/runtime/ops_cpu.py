@@ -1,0 +1,202 @@
+"""The CPU device: host memory, a C compiler run as a subprocess, and kernels loaded with ctypes.
+
+Input: C source text from minigrad.codegen.c_renderer (one exported `void name(...)` function per kernel).
+Output: `create_device()` -> a `Compiled` whose compiler turns source into shared-library bytes and whose
+program class loads those bytes and calls the kernel on buffer addresses plus int32 values.
+"""
+from __future__ import annotations
+from typing import Any
+import ctypes
+import _ctypes
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import numpy as np
+from minigrad.helpers import DEBUG, cache_dir
+from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source
+
+ALIGNMENT = 64   # bytes; a cache line, and enough for AVX-512 aligned loads
+
+
+class CPUAllocator(Allocator):
+  """Host memory from numpy, aligned to 64 bytes. The opaque handle is the int address of the first byte;
+  the allocator keeps the backing array alive until `free`."""
+
+  def __init__(self) -> None:
+    self._memory: dict[int, np.ndarray] = {}   # address -> uint8 view of exactly nbytes at that address
+
+  def _alloc(self, nbytes: int) -> int:
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)   # the extra bytes also give size-0 buffers a unique address
+    start = -raw.ctypes.data % ALIGNMENT
+    view = raw[start:start + nbytes]
+    address = raw.ctypes.data + start
+    self._memory[address] = view
+    return address
+
+  def _free(self, opaque: int) -> None:
+    if self._memory.pop(opaque, None) is None: raise ValueError(f"double free or foreign address {opaque:#x}")
+
+  def as_numpy(self, opaque: int) -> np.ndarray:
+    """The allocation as a writable uint8 numpy array sharing its memory (no copy)."""
+    return self._memory[opaque]
+
+  def copyin(self, dest: int, src: memoryview) -> None:
+    self._memory[dest][:] = np.frombuffer(src, dtype=np.uint8)
+
+  def copyout(self, dest: memoryview, src: int) -> None:
+    np.frombuffer(dest, dtype=np.uint8)[:] = self._memory[src]
+
+
+# ---------------------------------------------------------------- the C compiler
+
+COMPILER_CANDIDATES = ("clang", "gcc", "cc")
+# -ffp-contract=off: no fused multiply-add, so a*b+c rounds like numpy. No -ffast-math for the same reason.
+# -fno-math-errno only stops sqrtf & co. from setting errno, which lets them become single instructions.
+CFLAGS = ("-shared", "-O2", "-march=native", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
+
+
+def _host_cpu_id() -> str:
+  """Identifies the CPU for the cache key: -march=native binaries from another machine may not run here."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"): return line.split(":", 1)[1].strip()
+  except OSError: pass
+  return platform.processor() or platform.machine()
+
+
+def _probe_compiler(argv: list[str]) -> str | None:
+  """The first line of `argv --version` if the compiler exists and runs, else None."""
+  if shutil.which(argv[0]) is None: return None
+  try: result = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=30)
+  except (OSError, subprocess.TimeoutExpired): return None
+  if result.returncode != 0: return None
+  return (result.stdout.strip().splitlines() or [argv[0]])[0]
+
+
+def find_c_compiler(cc: str | None = None) -> tuple[list[str], str]:
+  """(argv, version line) of the C compiler to use: `cc` or $CC if given (no fallback), else clang, gcc, cc."""
+  requested = cc if cc is not None else os.environ.get("CC") or None
+  candidates = [requested] if requested else list(COMPILER_CANDIDATES)
+  for candidate in candidates:
+    argv = shlex.split(candidate)
+    version = _probe_compiler(argv) if argv else None
+    if version is not None: return argv, version
+  tried = ", ".join(repr(c) for c in candidates)
+  hint = (f"CC={requested!r} is set; point CC at a working C compiler or unset it" if requested else
+          "install one (apt-get install gcc, or apt-get install clang) or set CC to a C compiler")
+  raise RuntimeError(f"no working C compiler for the CPU device (tried {tried}): {hint}")
+
+
+class CCompiler(Compiler):
+  """Compiles C source to a shared library (bytes) with clang/gcc in a subprocess, never for longer than
+  `timeout_s` seconds."""
+
+  def __init__(self, cc: str | None = None, timeout_s: float = 120.0):
+    self.argv, self.version = find_c_compiler(cc)
+    self.flags = CFLAGS
+    self.timeout_s = timeout_s
+    super().__init__(f"{shlex.join(self.argv)} [{self.version}] {' '.join(self.flags)} cpu={_host_cpu_id()}")
+
+  def compile(self, src: str) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="minigrad_cc_") as workdir:
+      output = os.path.join(workdir, "kernel.so")
+      command = [*self.argv, *self.flags, "-x", "c", "-", "-o", output, "-lm"]
+      if DEBUG >= 6: print("compiling:", shlex.join(command))
+      returncode, stderr = self._run(command, src)
+      if returncode != 0:
+        raise CompileError(f"{self.argv[0]} failed (exit code {returncode}):\n{stderr.strip()}\n"
+                           f"--- source ---\n{numbered_source(src)}")
+      with open(output, "rb") as f: return f.read()
+
+  def _run(self, command: list[str], src: str) -> tuple[int, str]:
+    """Run the compiler in its own process group, so a timeout can stop it and every child it started."""
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try: stdout, stderr = process.communicate(src, timeout=self.timeout_s)
+    except subprocess.TimeoutExpired:
+      try: os.killpg(process.pid, signal.SIGKILL)
+      except OSError: pass
+      process.communicate()
+      raise CompileError(f"{self.argv[0]} did not finish within {self.timeout_s} s\n"
+                         f"--- source ---\n{numbered_source(src)}") from None
+    return process.returncode, (stderr or "") + (stdout or "")
+
+
+# ---------------------------------------------------------------- running compiled kernels
+
+def _load_library(lib: bytes) -> ctypes.CDLL:
+  """dlopen the shared-library bytes. The file is deleted once loaded (the mapping keeps the code alive).
+  Falls back to the cache directory when the temp directory is mounted noexec."""
+  directories = [tempfile.gettempdir(), str(cache_dir() / "tmp")]
+  error: OSError | None = None
+  for directory in directories:
+    try:
+      os.makedirs(directory, exist_ok=True)
+      fd, path = tempfile.mkstemp(dir=directory, prefix="minigrad_kernel_", suffix=".so")
+    except OSError as e:
+      error = e
+      continue
+    try:
+      with os.fdopen(fd, "wb") as f: f.write(lib)
+      return ctypes.CDLL(path)
+    except OSError as e: error = e
+    finally: os.unlink(path)
+  raise RuntimeError(f"could not load the compiled kernel library: {error}")
+
+
+class CPUProgram:
+  """A compiled kernel: `program(*buffer_addresses, vals=(n,), wait=True)` calls `void name(void*..., int...)`.
+
+  ctypes releases the GIL during the call, so the same function may later be launched from a thread pool
+  with each thread's loop range as extra int arguments (see `_launch`)."""
+
+  def __init__(self, name: str, lib: bytes):
+    self.name = name
+    self.lib = _load_library(lib)
+    try: self.function = getattr(self.lib, name)
+    except AttributeError: raise RuntimeError(f"the compiled library has no function named {name!r}") from None
+    self.function.restype = None
+    self._arg_counts: tuple[int, int] | None = None   # (buffers, vals) of the first call, fixed after it
+
+  def _set_signature(self, num_buffers: int, num_vals: int) -> None:
+    if self._arg_counts is None:
+      self.function.argtypes = [ctypes.c_void_p] * num_buffers + [ctypes.c_int32] * num_vals
+      self._arg_counts = (num_buffers, num_vals)
+    elif self._arg_counts != (num_buffers, num_vals):
+      raise TypeError(f"kernel {self.name} takes {self._arg_counts[0]} buffers and {self._arg_counts[1]} int values, "
+                      f"got {num_buffers} and {num_vals}")
+
+  def _launch(self, args: tuple[Any, ...]) -> None:
+    self.function(*args)
+
+  def __call__(self, *buffers: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    self._set_signature(len(buffers), len(vals))
+    for value in vals:
+      if not -2**31 <= value < 2**31: raise OverflowError(f"kernel {self.name}: value {value} does not fit a C int")
+    start = time.perf_counter()
+    self._launch((*buffers, *vals))
+    return time.perf_counter() - start if wait else None
+
+  def __del__(self) -> None:
+    # unload the library, so long searches that compile thousands of kernels don't keep them all mapped
+    handle = getattr(getattr(self, "lib", None), "_handle", None)
+    if handle is not None and hasattr(_ctypes, "dlclose"):
+      try: _ctypes.dlclose(handle)
+      except Exception: pass
+
+  def __repr__(self) -> str: return f"<CPUProgram {self.name}>"
+
+
+def create_device() -> Compiled:
+  try:
+    from minigrad.codegen.c_renderer import CRenderer
+    renderer: Any = CRenderer()
+  except ImportError:
+    renderer = None
+  return Compiled("CPU", CPUAllocator(), CCompiler(), renderer, CPUProgram)
