@@ -14,7 +14,7 @@ from minigrad.dtype import DType, dtypes, to_numpy, from_numpy, promote_types, r
 from minigrad.helpers import prod, to_tuple
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.shapetracker import ShapeTracker
-from minigrad.schedule.scheduler import create_schedule, buffer_view
+from minigrad.schedule.scheduler import create_schedule, mark_realized, buffer_view
 from minigrad.engine.realize import run_schedule, buffer_of
 from minigrad.runtime.device import Device
 
@@ -102,8 +102,9 @@ class Tensor:
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`) now. `Tensor.realize(a, b)` realizes both in one schedule."""
     tensors = (self,) + others
-    items, becomes = create_schedule([t.uop for t in tensors])
+    items, becomes, stored = create_schedule([t.uop for t in tensors])
     run_schedule(items)
+    mark_realized(stored)
     for t in tensors: t.uop = becomes.get(t.uop, t.uop)
     return self
 

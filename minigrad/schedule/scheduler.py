@@ -179,11 +179,12 @@ class _KernelBuilder:
     return [(s, view) for s in node.src]
 
 
-def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  """Kernels (in run order) that compute `targets`, and what each target becomes afterwards."""
+def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, UOp]]:
+  """Kernels (in run order) that compute `targets`; what each target becomes once they ran; and the nodes
+  those kernels store, for `mark_realized` to record after the run (never before: a schedule may not run)."""
   targets = [graph_rewrite(t, _use_realized) for t in targets]
   roots = list(dict.fromkeys(r for t in targets if (r := _to_compute(t)) is not None))
-  if not roots: return [], {t: t for t in targets}
+  if not roots: return [], {t: t for t in targets}, {}
   fusion = _Fusion(roots)
   order = [n for n in toposort(roots) if n in fusion.realize]   # run order: each after what it reads
   buffers: dict[UOp, UOp] = {n: UOp.new_buffer(n.device, n.size, n.dtype) for n in order}
@@ -192,13 +193,18 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
     builder = _KernelBuilder(node, fusion.kernel_reduce[node], buffers)
     ast = builder.build(buffers[node])
     items.append(ScheduleItem(ast, (buffers[node], *builder.inputs)))
+  stored = {node: buffer_view(buffers[node], node.shape) for node in order}
   becomes: dict[UOp, UOp] = {}
-  for node in order: realized[node] = buffer_view(buffers[node], node.shape)
   for t in targets:
-    if t in realized: becomes[t] = realized[t]
-    elif t.base in realized: becomes[t] = UOp(Ops.VIEW, t.dtype, (buffers[t.base],), t.arg)
+    if t in stored: becomes[t] = stored[t]
+    elif t.base in stored: becomes[t] = UOp(Ops.VIEW, t.dtype, (buffers[t.base],), t.arg)
     else: becomes[t] = t
-  return items, becomes
+  return items, becomes, stored
+
+
+def mark_realized(stored: dict[UOp, UOp]) -> None:
+  """Record computed nodes so later graphs load them instead of computing them again."""
+  realized.update(stored)
 
 
 def describe(items: list[ScheduleItem]) -> str:

@@ -346,7 +346,7 @@ def merge_views(first: View, second: View) -> View | None:
   # first's mask on coordinate k becomes a mask on the one dim of second that moves it
   mask = list(box)
   for k, (valid_start, valid_end) in enumerate(first.full_mask()):
-    if valid_start <= low[k] and high[k] < valid_end: continue
+    if valid_start <= low[k] and high[k] <= valid_end: continue
     movers = [j for j, step in enumerate(steps) if step[k] != 0]
     if not movers: return _all_invalid_view(second.shape)
     if len(movers) > 1: return None

@@ -1,0 +1,153 @@
+"""Scheduler: how many kernels a graph becomes (fusion), checked through GlobalCounters, with results vs numpy."""
+import numpy as np
+import pytest
+from minigrad import Tensor, GlobalCounters
+from minigrad.uop.ops import Ops
+
+rng = np.random.default_rng(0)
+
+
+def fresh(*shape):
+  return rng.standard_normal(shape).astype(np.float32)
+
+
+def count_kernels(*tensors):
+  GlobalCounters.reset()
+  Tensor.realize(*tensors)
+  return GlobalCounters.kernel_count
+
+
+def test_elementwise_chain_is_one_kernel():
+  xn = fresh(64, 64)
+  out = (Tensor(xn).relu() * 2 + 1).exp()
+  assert count_kernels(out) == 1
+  np.testing.assert_allclose(out.numpy(), np.exp(np.maximum(xn, 0) * 2 + 1), rtol=1e-5)
+
+
+def test_matmul_is_one_kernel():
+  an, bn = fresh(16, 32), fresh(32, 8)
+  out = Tensor(an) @ Tensor(bn)
+  assert count_kernels(out) == 1
+  np.testing.assert_allclose(out.numpy(), an @ bn, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_relu_bias_is_one_kernel():
+  an, bn, biasn = fresh(16, 32), fresh(32, 8), fresh(8)
+  out = (Tensor(an) @ Tensor(bn)).relu() + Tensor(biasn)
+  assert count_kernels(out) == 1
+  np.testing.assert_allclose(out.numpy(), np.maximum(an @ bn, 0) + biasn, rtol=1e-5, atol=1e-5)
+
+
+def test_transpose_folds_into_indexing():
+  xn = fresh(32, 16)
+  x = Tensor(xn)
+  out = x.T + 1
+  items = out.schedule()
+  assert len(items) == 1
+  assert count_kernels(out) == 1
+  np.testing.assert_allclose(out.numpy(), xn.T + 1)
+
+
+def test_softmax_at_most_three_kernels():
+  xn = fresh(8, 32)
+  out = Tensor(xn).softmax(-1)
+  assert count_kernels(out) <= 3
+  e = np.exp(xn - xn.max(-1, keepdims=True))
+  np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_realized_tensor_is_not_recomputed():
+  xn = fresh(32, 32)
+  x = Tensor(xn)
+  lazy_user = (x + 1) * 3          # built before a is realized
+  a = (x + 1)
+  a.realize()
+  later = a * 2
+  assert count_kernels(later) == 1
+  ast = later.schedule()[0].ast if later.schedule() else None
+  assert ast is None or not any(n.op is Ops.ADD for n in ast.toposort), "realized value recomputed"
+  np.testing.assert_allclose(later.numpy(), (xn + 1) * 2, rtol=1e-6)
+  # the realize cache also serves graphs built before the realize
+  GlobalCounters.reset()
+  items = lazy_user.schedule()
+  assert len(items) == 1 and not any(n.op is Ops.ADD for n in items[0].ast.toposort)
+
+
+def test_reduce_with_two_consumers_computed_once():
+  xn = fresh(16, 16)
+  s = Tensor(xn).sum(1)
+  a, b = s + 1, s * 2
+  items = a.schedule(b)
+  reduce_kernels = [it for it in items if any(n.op is Ops.REDUCE_AXIS for n in it.ast.toposort)]
+  assert len(reduce_kernels) == 1
+  assert count_kernels(a, b) == 3
+  np.testing.assert_allclose(a.numpy(), xn.sum(1) + 1, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(b.numpy(), xn.sum(1) * 2, rtol=1e-5, atol=1e-5)
+
+
+def test_reduce_through_elementwise_in_two_outputs_computed_once():
+  xn = fresh(16, 16)
+  y = Tensor(xn).sum(1) + 1      # the reduce has one consumer, but two kernels would fuse it
+  a, b = y * 2, y * 3
+  items = a.schedule(b)
+  assert sum(any(n.op is Ops.REDUCE_AXIS for n in it.ast.toposort) for it in items) == 1
+  Tensor.realize(a, b)
+  np.testing.assert_allclose(a.numpy(), (xn.sum(1) + 1) * 2, rtol=1e-5, atol=1e-5)
+
+
+def test_two_reduces_in_sequence():
+  xn = fresh(8, 8)
+  out = Tensor(xn).sum(1).max()
+  assert count_kernels(out) == 2
+  assert out.item() == pytest.approx(xn.sum(1).max(), rel=1e-5)
+
+
+def test_reduce_of_expanded_reduce_is_separate():
+  xn = fresh(8, 8)
+  x = Tensor(xn)
+  out = (x - x.mean(1, keepdim=True)).square().sum(1)   # variance-like: mean seen through an expand
+  assert count_kernels(out) == 2
+  np.testing.assert_allclose(out.numpy(), ((xn - xn.mean(1, keepdims=True)) ** 2).sum(1), rtol=1e-4)
+
+
+def test_pad_of_elementwise_keeps_zeros():
+  xn = fresh(4, 4)
+  out = (Tensor(xn) + 1).pad(((1, 1), (2, 0))).exp()
+  assert count_kernels(out) == 1
+  np.testing.assert_allclose(out.numpy(), np.exp(np.pad(xn + 1, ((1, 1), (2, 0)))), rtol=1e-6)
+
+
+def test_contiguous_makes_a_kernel_and_a_buffer():
+  xn = fresh(8, 4)
+  t = Tensor(xn).T.contiguous()
+  assert count_kernels(t) == 1
+  assert t.uop.base.op is Ops.BUFFER
+  np.testing.assert_allclose(t.numpy(), xn.T)
+
+
+def test_realized_input_is_zero_kernels():
+  x = Tensor(fresh(4, 4))
+  assert count_kernels(x) == 0
+  assert count_kernels(x.reshape(16)) == 0
+
+
+def test_constant_tensors_realize():
+  out = Tensor.ones(3, 4) * 2
+  assert count_kernels(out) == 1
+  np.testing.assert_array_equal(out.numpy(), np.full((3, 4), 2, np.float32))
+  assert Tensor(5.0).item() == 5.0
+
+
+def test_identical_kernels_compile_once():
+  from minigrad.engine.realize import compiled_kernels
+  before = len(compiled_kernels)
+  for _ in range(3): (Tensor(fresh(7, 5)) * 3 + 2).realize()
+  assert len(compiled_kernels) == before + 1
+
+
+def test_deep_elementwise_graph():
+  xn = fresh(10)
+  acc = Tensor(xn)
+  for _ in range(2000): acc = acc + 1
+  assert count_kernels(acc) == 1
+  np.testing.assert_allclose(acc.numpy(), xn + 2000, rtol=1e-5)
