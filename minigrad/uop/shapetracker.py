@@ -293,7 +293,7 @@ def _merge_dims(dims: list[tuple[int, int, int, int]]) -> tuple[int, int, int, i
   stride = 0 if end - start == 1 else dims[-1][1]
   for (_, dim_stride, dim_start, dim_end), value in zip(dims, place):
     if dim_end - dim_start > 1 and dim_stride != stride * value: return None
-  offset_delta = sum(dim_stride * dim_start for _, dim_stride, dim_start, _ in dims) - stride * start
+  offset_delta = 0
   return stride, start, end, offset_delta
 
 
@@ -346,7 +346,7 @@ def merge_views(first: View, second: View) -> View | None:
   # first's mask on coordinate k becomes a mask on the one dim of second that moves it
   mask = list(box)
   for k, (valid_start, valid_end) in enumerate(first.full_mask()):
-    if valid_start <= low[k] and high[k] <= valid_end: continue
+    if valid_start <= low[k] and high[k] < valid_end: continue
     movers = [j for j, step in enumerate(steps) if step[k] != 0]
     if not movers: return _all_invalid_view(second.shape)
     if len(movers) > 1: return None

@@ -1,0 +1,84 @@
+"""Codegen and DEBUG output: kernel names, generated C, the DEBUG levels, and compiler failures."""
+import os
+import subprocess
+import sys
+import numpy as np
+import pytest
+from minigrad import Tensor
+from minigrad.codegen.kernel import Kernel
+from minigrad.engine.realize import get_kernel
+from minigrad.runtime.device import CompileError, Device
+
+SCRIPT = """
+import numpy as np
+from minigrad import Tensor
+x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+y = Tensor(np.ones((4, 5), dtype=np.float32))
+print("RESULT", ((x @ y).relu() + 1).numpy().sum())
+"""
+
+
+def run_script(env_extra, tmp_path, script=SCRIPT):
+  env = {**os.environ, "MINIGRAD_CACHE": str(tmp_path), **env_extra}
+  return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_debug4_prints_fused_c_kernel_that_compiles(tmp_path):
+  out = run_script({"DEBUG": "4"}, tmp_path)
+  assert out.returncode == 0, out.stderr
+  assert "void r_3_5_4(" in out.stdout                  # one fused reduce kernel, named by its loop sizes
+  assert "for (int ridx0 = 0; ridx0 < 4; ridx0++)" in out.stdout
+  assert "RESULT 345.0" in out.stdout                    # sum(relu(x@1)+1) = 5*(6+22+38) + 15
+  # the printed source is a complete C translation unit: compile it ourselves
+  source = out.stdout[out.stdout.index("#include"):out.stdout.index("\n}\n") + 3]
+  Device["CPU"].compiler.compile(source)
+
+
+@pytest.mark.parametrize("level, expected, absent", [
+  ("1", "r_3_5_4", "GFLOPS"),
+  ("2", "GFLOPS", "#include"),
+  ("3", "applied opts", "#include"),
+  ("5", "DEFINE_ACC", None),
+])
+def test_debug_levels(tmp_path, level, expected, absent):
+  out = run_script({"DEBUG": level}, tmp_path)
+  assert out.returncode == 0, out.stderr
+  assert expected in out.stdout
+  if absent: assert absent not in out.stdout
+
+
+def test_debug0_is_quiet(tmp_path):
+  out = run_script({"DEBUG": "0"}, tmp_path)
+  assert out.stdout.strip() == "RESULT 345.0"
+
+
+def test_kernel_names_show_type_and_shape():
+  x = Tensor(np.zeros((64, 32), np.float32))
+  (item,) = (x.T + 1).schedule()
+  assert Kernel(item.ast).name == "E_32_64"
+  (item,) = (x + 1).schedule()
+  assert Kernel(item.ast).name == "E_2048"                 # contiguous dims merge into one loop
+  (item,) = x.sum(1).schedule()
+  assert Kernel(item.ast).name == "r_64_32"
+
+
+def test_generated_source_reads_well():
+  x = Tensor(np.zeros((8, 16), np.float32))
+  (item,) = (x.relu() * 2 + 1).exp().schedule()
+  src = get_kernel(item.ast, "CPU").source
+  assert src.count("for (") == 1
+  assert "exp2f(" in src and "const float* restrict data1" in src
+
+
+def test_compile_error_shows_source():
+  bad = "void broken(float* restrict data0) { data0[0] = ; }"
+  with pytest.raises(CompileError) as err:
+    Device["CPU"].compiler.compile(bad)
+  assert "data0[0] = ;" in str(err.value) and "error" in str(err.value)
+
+
+def test_missing_c_compiler_is_a_clear_error(tmp_path):
+  out = run_script({"CC": "/nonexistent/cc", "DISABLE_COMPILER_CACHE": "1"}, tmp_path)
+  assert out.returncode != 0
+  assert "RuntimeError" in out.stderr and "/nonexistent/cc" in out.stderr
+  assert "Segmentation" not in out.stderr
