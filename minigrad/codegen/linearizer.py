@@ -71,7 +71,8 @@ class _Emitter:
       if node not in self.emitted and not (self.inside[node] & set(loops)) and node.op is not Ops.RANGE: self.emit(node)
     acc = UOp(Ops.DEFINE_ACC, reduce.dtype, (UOp.const(reduce.dtype, reduce_identity(reduce.arg, reduce.dtype)),), self.acc_count)
     self.acc_count += 1
-    self.out.extend([acc.src[0], acc])
+    self.emit(acc.src[0])
+    self.out.append(acc)
     for rng in loops:
       self.emit_range(rng)
       self.scopes.append([])

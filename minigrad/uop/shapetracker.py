@@ -286,14 +286,14 @@ def _merge_dims(dims: list[tuple[int, int, int, int]]) -> tuple[int, int, int, i
   # the box is an interval when inner dims are full, then one partial dim, then dims that keep one index
   partial = len(dims) - 1
   while partial > 0 and dims[partial][2:] == (0, dims[partial][0]): partial -= 1
-  if any(end - start != 1 for _, _, start, end in dims[:partial]): return None
+
   place = _flat_strides([size for size, _, _, _ in dims])
   start = sum(dim_start * value for (_, _, dim_start, _), value in zip(dims, place))
   end = start + (dims[partial][3] - dims[partial][2]) * place[partial]
   stride = 0 if end - start == 1 else dims[-1][1]
   for (_, dim_stride, dim_start, dim_end), value in zip(dims, place):
     if dim_end - dim_start > 1 and dim_stride != stride * value: return None
-  offset_delta = 0
+  offset_delta = sum(dim_stride * dim_start for _, dim_stride, dim_start, _ in dims) - stride * start
   return stride, start, end, offset_delta
 
 
