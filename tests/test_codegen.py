@@ -7,7 +7,9 @@ import pytest
 from minigrad import Tensor
 from minigrad.codegen.kernel import Kernel
 from minigrad.engine.realize import get_kernel
+from minigrad.engine import realize
 from minigrad.runtime.device import CompileError, Device
+from minigrad.uop.ops import Ops
 
 SCRIPT = """
 import numpy as np
@@ -82,3 +84,18 @@ def test_missing_c_compiler_is_a_clear_error(tmp_path):
   assert out.returncode != 0
   assert "RuntimeError" in out.stderr and "/nonexistent/cc" in out.stderr
   assert "Segmentation" not in out.stderr
+
+
+def test_debug2_prints_totals(tmp_path):
+  out = run_script({"DEBUG": "2"}, tmp_path)
+  assert "total: 1 kernels" in out.stdout
+
+
+def test_renderer_bug_surfaces_as_compile_error_with_source(monkeypatch):
+  renderer = Device["CPU"].renderer
+  monkeypatch.setitem(type(renderer).code_for_op, Ops.MUL, lambda a, b, dt: f"({a}*)")
+  monkeypatch.setattr(realize, "compiled_kernels", {})
+  x = Tensor(np.ones((3, 3), np.float32))
+  with pytest.raises(CompileError) as err:
+    (x * 7 + 5).realize()
+  assert "void E_9(" in str(err.value) and "*)" in str(err.value)

@@ -9,7 +9,7 @@ keys: when no graph mentions a BUFFER node any more, its memory is freed.
 """
 from __future__ import annotations
 from dataclasses import dataclass
-import time
+import atexit
 import weakref
 from minigrad.helpers import DEBUG, GlobalCounters, colored
 from minigrad.uop.ops import UOp, Ops, GroupOp, pretty
@@ -108,3 +108,6 @@ def print_totals() -> None:
   print(f"total: {GlobalCounters.kernel_count} kernels, {GlobalCounters.time_sum_s * 1e3:.2f} ms, "
         f"{GlobalCounters.global_ops / seconds / 1e9:.2f} GFLOPS, {GlobalCounters.global_mem / seconds / 1e9:.2f} GB/s")
 
+
+
+if DEBUG >= 2: atexit.register(print_totals)

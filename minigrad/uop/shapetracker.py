@@ -286,7 +286,7 @@ def _merge_dims(dims: list[tuple[int, int, int, int]]) -> tuple[int, int, int, i
   # the box is an interval when inner dims are full, then one partial dim, then dims that keep one index
   partial = len(dims) - 1
   while partial > 0 and dims[partial][2:] == (0, dims[partial][0]): partial -= 1
-
+  if any(end - start != 1 for _, _, start, end in dims[:partial]): return None
   place = _flat_strides([size for size, _, _, _ in dims])
   start = sum(dim_start * value for (_, _, dim_start, _), value in zip(dims, place))
   end = start + (dims[partial][3] - dims[partial][2]) * place[partial]
@@ -348,7 +348,7 @@ def merge_views(first: View, second: View) -> View | None:
   for k, (valid_start, valid_end) in enumerate(first.full_mask()):
     if valid_start <= low[k] and high[k] < valid_end: continue
     movers = [j for j, step in enumerate(steps) if step[k] != 0]
-    if not movers: return _all_invalid_view(second.shape)
+    if not movers: continue
     if len(movers) > 1: return None
     j = movers[0]
     move, box_start = steps[j][k], box[j][0]
