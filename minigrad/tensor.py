@@ -13,7 +13,8 @@ import numpy as np
 from minigrad.dtype import DType, dtypes, to_numpy, from_numpy, promote_types, result_type_with_scalar
 from minigrad.helpers import prod, to_tuple
 from minigrad.uop.ops import UOp, Ops
-from minigrad.uop.shapetracker import ShapeTracker
+import minigrad.function as F
+from minigrad.function import const_uop
 from minigrad.schedule.scheduler import create_schedule, mark_realized, buffer_view
 from minigrad.engine.realize import run_schedule, buffer_of
 from minigrad.runtime.device import Device
@@ -55,13 +56,15 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 class Tensor:
   """A lazily evaluated n-dimensional array. `Tensor([1, 2, 3])`, `Tensor(np_array)`, `Tensor.ones(2, 3)`."""
-  training: bool = False
+  training: bool = False          # layers like Dropout/BatchNorm behave differently when training
+  grad_enabled: bool = True       # False inside `with Tensor.no_grad():`
   _seed: int = 0
   _rng_counter: int = 0
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | None = None, requires_grad: bool | None = None):
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
+    self._ctx: F.Function | None = None   # the op that made this tensor, while gradients are tracked
     dev = Device.canonicalize(device or Device.DEFAULT)
     if isinstance(data, UOp):
       self.uop = data if dtype is None or data.dtype == dtype else data.cast(dtype)
@@ -69,7 +72,7 @@ class Tensor:
     if isinstance(data, Tensor): data = data.numpy()
     if isinstance(data, (bool, int, float, np.generic)) and not isinstance(data, np.ndarray):
       dt = dtype or (from_numpy(data.dtype) if isinstance(data, np.generic) else dtypes.from_py(data))
-      self.uop = _const_uop(data, dt, dev, ())
+      self.uop = const_uop(data, dt, dev, ())
       return
     if isinstance(data, (list, tuple)): arr = _flatten_nested(data)
     elif isinstance(data, np.ndarray): arr = data
@@ -115,12 +118,12 @@ class Tensor:
   def contiguous(self) -> Tensor:
     base = self.uop.base
     if base.op is Ops.BUFFER and (self.uop is base or self.uop.arg.contiguous) and self.numel() == base.size: return self
-    return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+    return F.Contiguous.apply(self)
 
   def numpy(self) -> np.ndarray:
     if self.numel() == 0: return np.zeros(self.shape, dtype=to_numpy(self.dtype))
     t = self.contiguous().realize()
-    return buffer_of(t.uop.base).numpy()[:self.numel()].reshape(self.shape)
+    return buffer_of(t.uop.base).allocate().numpy()[:self.numel()].reshape(self.shape)
 
   def item(self) -> Scalar:
     if self.numel() != 1: raise RuntimeError(f"a Tensor with {self.numel()} elements (shape {self.shape}) cannot be converted to Scalar")
@@ -135,12 +138,45 @@ class Tensor:
 
   def detach(self) -> Tensor: return Tensor(self.uop)
 
+  # ---- autograd ----
+  class no_grad:
+    """`with Tensor.no_grad():` ops inside record nothing for backward (evaluation, optimizer updates)."""
+    def __enter__(self) -> None: self.previous, Tensor.grad_enabled = Tensor.grad_enabled, False
+    def __exit__(self, *exc: Any) -> None: Tensor.grad_enabled = self.previous
+
+  class train:
+    """`with Tensor.train():` sets Tensor.training (Dropout, BatchNorm) for the block; `Tensor.train(False)` for eval."""
+    def __init__(self, mode: bool = True): self.mode = mode
+    def __enter__(self) -> None: self.previous, Tensor.training = Tensor.training, self.mode
+    def __exit__(self, *exc: Any) -> None: Tensor.training = self.previous
+
+  def _seed_gradient(self, gradient: Tensor | None) -> Tensor:
+    if gradient is None:
+      if self.numel() != 1: raise RuntimeError(f"grad can be implicitly created only for scalar outputs (this tensor has shape {self.shape})")
+      return Tensor.full(self.shape, 1.0, self.dtype, self.device)
+    if gradient.shape != self.shape: raise RuntimeError(f"gradient has shape {gradient.shape} but the tensor has shape {self.shape}")
+    return gradient
+
+  def backward(self, gradient: Tensor | None = None) -> Tensor:
+    """Accumulate d self / d leaf into `.grad` of every leaf tensor with requires_grad (as in PyTorch)."""
+    if self._ctx is None and not self.requires_grad:
+      raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+    grads = F.backpropagate(self, self._seed_gradient(gradient))
+    for t in _leaves(self):
+      if (g := grads.get(id(t))) is not None: t.grad = g if t.grad is None else t.grad + g
+    return self
+
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+    """d self / d target for each target (zeros where self doesn't depend on it); `.grad` is untouched."""
+    grads = F.backpropagate(self, self._seed_gradient(gradient))
+    return [grads.get(id(t), t.zeros_like()) for t in targets]
+
   # ---- creation ----
   @staticmethod
   def full(shape: int | Sequence[int], value: Scalar, dtype: DType | None = None, device: str | None = None) -> Tensor:
     shape = _check_shape(to_tuple(shape))
     dt = dtype or dtypes.from_py(value)
-    return Tensor(_const_uop(value, dt, Device.canonicalize(device or Device.DEFAULT), shape))
+    return Tensor(const_uop(value, dt, Device.canonicalize(device or Device.DEFAULT), shape))
   @staticmethod
   def zeros(*shape: Any, **kwargs: Any) -> Tensor: return Tensor.full(_shape_args(shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
   @staticmethod
@@ -187,13 +223,6 @@ class Tensor:
     return Tensor.rand(*shape, **kwargs) * (high - low) + low
 
   # ---- movement (zero-copy views) ----
-  def _view(self, apply: Any) -> Tensor:
-    u = self.uop
-    base, st = (u.src[0], u.arg) if u.op is Ops.VIEW and u.src else (u, ShapeTracker.from_shape(u.shape))
-    new_st = apply(st)
-    if new_st.contiguous and new_st.shape == base.shape: return Tensor(base)
-    return Tensor(UOp(Ops.VIEW, u.dtype, (base,), new_st))
-
   def reshape(self, *shape: Any) -> Tensor:
     new_shape = list(_shape_args(shape))
     if new_shape.count(-1) > 1: raise RuntimeError(f"only one dimension can be inferred in reshape {tuple(new_shape)}")
@@ -205,7 +234,7 @@ class Tensor:
     if prod(new_shape) != self.numel():
       raise RuntimeError(f"can't reshape {self.shape} to {tuple(new_shape)}: shape '{list(new_shape)}' is invalid for input of size {self.numel()}")
     if tuple(new_shape) == self.shape: return self
-    return self._view(lambda st: st.reshape(tuple(new_shape)))
+    return F.Reshape.apply(self, shape=tuple(new_shape))
 
   def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
   def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
@@ -217,7 +246,7 @@ class Tensor:
     axes = tuple(_normalize_axis(a, self.ndim) for a in _shape_args(order))
     if sorted(axes) != list(range(self.ndim)): raise RuntimeError(f"permute order {tuple(_shape_args(order))} is not a permutation of the {self.ndim} dims of {self.shape}")
     if axes == tuple(range(self.ndim)): return self
-    return self._view(lambda st: st.permute(axes))
+    return F.Permute.apply(self, order=axes)
 
   def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
     order = list(range(self.ndim))
@@ -236,7 +265,7 @@ class Tensor:
       if o != n and o != 1:
         raise RuntimeError(f"expand: the expanded size {n} must match the existing size {o} at non-singleton dimension {i} (shape {self.shape} to {new_shape})")
     t = self.reshape(old) if old != self.shape else self
-    return t if target == t.shape else t._view(lambda st: st.expand(target))
+    return t if target == t.shape else F.Expand.apply(t, shape=target)
 
   def broadcast_to(self, shape: tuple[int, ...]) -> Tensor: return self.expand(shape)
 
@@ -255,9 +284,9 @@ class Tensor:
       crop = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape))
       return self.shrink(crop).pad(tuple((max(0, b), max(0, a)) for b, a in pairs), value)
     if all(b == 0 and a == 0 for b, a in pairs): return self
-    padded = self._view(lambda st: st.pad(tuple(pairs)))
+    padded = F.Pad.apply(self, padding=tuple(pairs))
     if value == 0: return padded
-    inside = Tensor.ones(self.shape, dtype=dtypes.bool, device=self.device)._view(lambda st: st.pad(tuple(pairs)))
+    inside = F.Pad.apply(Tensor.full(self.shape, True, dtypes.bool, self.device), padding=tuple(pairs))
     return inside.where(padded, value)
 
   def shrink(self, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
@@ -266,11 +295,11 @@ class Tensor:
     for (start, end), s in zip(full, self.shape):
       if not 0 <= start <= end <= s: raise ValueError(f"shrink bounds {full} out of range for shape {self.shape}")
     if all(b == (0, s) for b, s in zip(full, self.shape)): return self
-    return self._view(lambda st: st.shrink(full))
+    return F.Shrink.apply(self, bounds=full)
 
   def flip(self, *axis: Any) -> Tensor:
     axes = tuple(sorted({_normalize_axis(a, self.ndim) for a in _shape_args(axis)}))
-    return self._view(lambda st: st.flip(axes)) if axes else self
+    return F.Flip.apply(self, axes=axes) if axes else self
 
   def unsqueeze(self, dim: int) -> Tensor:
     d = _normalize_axis(dim, self.ndim + 1)
@@ -287,7 +316,8 @@ class Tensor:
 
   # ---- elementwise ----
   def _alu(self, op: Ops, *others: Tensor) -> Tensor:
-    return Tensor(self.uop.alu(op, *(o.uop for o in others)))
+    if (fn := DIFFERENTIABLE.get(op)) is not None: return fn.apply(self, *others)
+    return Tensor(self.uop.alu(op, *(o.uop for o in others)))   # comparisons and bit ops: no gradient
 
   def _broadcasted(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
     if isinstance(other, Tensor):
@@ -296,7 +326,7 @@ class Tensor:
       x, y = self.cast(dt), other.cast(dt)
     elif isinstance(other, (int, float, bool, np.generic)):
       dt = result_type_with_scalar(self.dtype, other)
-      x, y = self.cast(dt), Tensor(_const_uop(other, dt, self.device, ()))
+      x, y = self.cast(dt), Tensor(const_uop(other, dt, self.device, ()))
     else: raise TypeError(f"unsupported operand type for a Tensor op: {type(other).__name__}")
     if x.shape != y.shape:
       shape = broadcast_shape(x.shape, y.shape)
@@ -305,7 +335,7 @@ class Tensor:
 
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
 
-  def cast(self, dtype: DType) -> Tensor: return self if self.dtype == dtype else Tensor(self.uop.cast(dtype))
+  def cast(self, dtype: DType) -> Tensor: return self if self.dtype == dtype else F.Cast.apply(self, dtype=dtype)
   def float(self) -> Tensor: return self.cast(dtypes.float32)
   def int(self) -> Tensor: return self.cast(dtypes.int32)
   def bool(self) -> Tensor: return self.cast(dtypes.bool)
@@ -387,7 +417,7 @@ class Tensor:
   def sin(self) -> Tensor: return self._float()._alu(Ops.SIN)
   def cos(self) -> Tensor: return (math.pi / 2 - self._float()).sin()
   def reciprocal(self) -> Tensor: return self._float()._alu(Ops.RECIP)
-  def relu(self) -> Tensor: return self.maximum(0)
+  def relu(self) -> Tensor: return F.Relu.apply(self)
   def sigmoid(self) -> Tensor: return 1 / (1 + (-self._float()).exp())
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
   def abs(self) -> Tensor: return self.maximum(-self) if self.dtype != dtypes.bool else self
@@ -417,7 +447,7 @@ class Tensor:
     if 0 in self.shape:
       if op is Ops.MAX and any(self.shape[a] == 0 for a in axes): raise RuntimeError(f"max of an empty dimension (shape {self.shape}, axis {axis})")
       out = Tensor.full(kept, 0 if op is Ops.ADD else 1, self.dtype, self.device)
-    else: out = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes))) if axes else self
+    else: out = (F.Sum if op is Ops.ADD else F.Max).apply(self, axes=axes) if axes else self
     return out if keepdim else out.reshape(tuple(s for i, s in enumerate(kept) if i not in axes))
 
   def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
@@ -470,7 +500,20 @@ def _check_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
   return shape
 
 
-def _const_uop(value: Scalar, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
-  const = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), UOp.const(dtype, value).arg)
-  if not shape: return const
-  return UOp(Ops.VIEW, dtype, (const,), ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape))
+DIFFERENTIABLE: dict[Ops, type[F.Function]] = {
+  Ops.ADD: F.Add, Ops.MUL: F.Mul, Ops.NEG: F.Neg, Ops.FDIV: F.Div, Ops.MAX: F.Maximum, Ops.WHERE: F.Where,
+  Ops.EXP2: F.Exp2, Ops.LOG2: F.Log2, Ops.SIN: F.Sin, Ops.SQRT: F.Sqrt, Ops.RECIP: F.Reciprocal,
+}
+
+
+def _leaves(root: Tensor) -> list[Tensor]:
+  """Tensors with requires_grad and no recorded op (parameters, inputs) that root was computed from."""
+  found, seen, stack = [], set(), [root]
+  while stack:
+    t = stack.pop()
+    if id(t) in seen: continue
+    seen.add(id(t))
+    if t._ctx is None:
+      if t.requires_grad: found.append(t)
+    else: stack.extend(t._ctx.inputs)
+  return found

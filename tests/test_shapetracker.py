@@ -89,7 +89,8 @@ def apply_numpy(array: np.ndarray, op: str, arg: Any) -> np.ndarray:
 def apply_tracker(tracker: ShapeTracker, op: str, arg: Any) -> ShapeTracker: return getattr(tracker, op)(arg)
 
 
-def numpy_base(shape: tuple[int, ...]) -> np.ndarray: return np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+def numpy_base(shape: tuple[int, ...]) -> np.ndarray:
+  return np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -450,7 +451,8 @@ def movement_chain(draw: Any, shape: tuple[int, ...], min_ops: int = 1, max_ops:
   return chain
 
 
-def run_chain(tracker: ShapeTracker, array: np.ndarray, chain: list[tuple[str, Any]]) -> tuple[ShapeTracker, np.ndarray]:
+def run_chain(tracker: ShapeTracker, array: np.ndarray,
+              chain: list[tuple[str, Any]]) -> tuple[ShapeTracker, np.ndarray]:
   for op, arg in chain:
     tracker, array = apply_tracker(tracker, op, arg), apply_numpy(array, op, arg)
   return tracker, array

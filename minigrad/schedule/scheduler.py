@@ -182,9 +182,9 @@ class _KernelBuilder:
 def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, UOp]]:
   """Kernels (in run order) that compute `targets`; what each target becomes once they ran; and the nodes
   those kernels store, for `mark_realized` to record after the run (never before: a schedule may not run)."""
-  targets = [graph_rewrite(t, _use_realized) for t in targets]
-  roots = list(dict.fromkeys(r for t in targets if (r := _to_compute(t)) is not None))
-  if not roots: return [], {t: t for t in targets}, {}
+  rewritten = {t: graph_rewrite(t, _use_realized) for t in targets}   # reuse what earlier schedules computed
+  roots = list(dict.fromkeys(r for t in rewritten.values() if (r := _to_compute(t)) is not None))
+  if not roots: return [], rewritten, {}
   fusion = _Fusion(roots)
   order = [n for n in toposort(roots) if n in fusion.realize]   # run order: each after what it reads
   buffers: dict[UOp, UOp] = {n: UOp.new_buffer(n.device, n.size, n.dtype) for n in order}
@@ -195,10 +195,10 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
     items.append(ScheduleItem(ast, (buffers[node], *builder.inputs)))
   stored = {node: buffer_view(buffers[node], node.shape) for node in order}
   becomes: dict[UOp, UOp] = {}
-  for t in targets:
-    if t in stored: becomes[t] = stored[t]
-    elif t.base in stored: becomes[t] = UOp(Ops.VIEW, t.dtype, (buffers[t.base],), t.arg)
-    else: becomes[t] = t
+  for original, t in rewritten.items():
+    if t in stored: becomes[original] = stored[t]
+    elif t.base in stored: becomes[original] = UOp(Ops.VIEW, t.dtype, (buffers[t.base],), t.arg)
+    else: becomes[original] = t
   return items, becomes, stored
 
 

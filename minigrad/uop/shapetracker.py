@@ -66,7 +66,8 @@ def _int_tuple(values: Iterable[int], what: str) -> tuple[int, ...]:
 def _int_pairs(values: Iterable[tuple[int, int]], what: str) -> tuple[tuple[int, int], ...]:
   try: pairs = tuple(tuple(operator.index(x) for x in pair) for pair in values)
   except TypeError: raise ValueError(f"{what} must be a sequence of (int, int) pairs, got {values!r}") from None
-  if any(len(pair) != 2 for pair in pairs): raise ValueError(f"{what} must be a sequence of (int, int) pairs, got {values!r}")
+  if any(len(pair) != 2 for pair in pairs):
+    raise ValueError(f"{what} must be a sequence of (int, int) pairs, got {values!r}")
   return pairs  # type: ignore[return-value]
 
 
@@ -205,7 +206,8 @@ class View:
     bounds = _int_pairs(bounds, "shrink bounds")
     _check_rank(self.shape, bounds, "shrink")
     if any(not 0 <= start <= end <= size for (start, end), size in zip(bounds, self.shape)):
-      raise ValueError(f"shrink: bounds {bounds} are out of range for shape {self.shape} (need 0 <= start <= end <= size)")
+      raise ValueError(f"shrink: bounds {bounds} are out of range for shape {self.shape} "
+                       "(need 0 <= start <= end <= size)")
     if all(start == 0 and end == size for (start, end), size in zip(bounds, self.shape)): return self
     new_shape = tuple(end - start for start, end in bounds)
     offset = self.offset + sum(start * stride for (start, _), stride in zip(bounds, self.strides))
@@ -348,7 +350,7 @@ def merge_views(first: View, second: View) -> View | None:
   for k, (valid_start, valid_end) in enumerate(first.full_mask()):
     if valid_start <= low[k] and high[k] < valid_end: continue
     movers = [j for j, step in enumerate(steps) if step[k] != 0]
-    if not movers: continue
+    if not movers: return _all_invalid_view(second.shape)
     if len(movers) > 1: return None
     j = movers[0]
     move, box_start = steps[j][k], box[j][0]
@@ -392,7 +394,8 @@ class ShapeTracker:
   def permute(self, order: Sequence[int]) -> ShapeTracker: return self._with_last(self.views[-1].permute(order))
   def expand(self, new_shape: Sequence[int]) -> ShapeTracker: return self._with_last(self.views[-1].expand(new_shape))
   def pad(self, padding: Sequence[tuple[int, int]]) -> ShapeTracker: return self._with_last(self.views[-1].pad(padding))
-  def shrink(self, bounds: Sequence[tuple[int, int]]) -> ShapeTracker: return self._with_last(self.views[-1].shrink(bounds))
+  def shrink(self, bounds: Sequence[tuple[int, int]]) -> ShapeTracker:
+    return self._with_last(self.views[-1].shrink(bounds))
   def flip(self, axes: Sequence[int]) -> ShapeTracker: return self._with_last(self.views[-1].flip(axes))
 
   def __add__(self, other: ShapeTracker) -> ShapeTracker:
@@ -444,7 +447,8 @@ class ShapeTracker:
     strides: list[int | None] = [0] * len(self.shape)
     not_affine: set[int] = set()
     for term in split_terms(index):
-      base, coefficient = (term.src[0], term.src[1].arg) if term.op is Ops.MUL and term.src[1].op is Ops.CONST else (term, 1)
+      scaled = term.op is Ops.MUL and term.src[1].op is Ops.CONST
+      base, coefficient = (term.src[0], term.src[1].arg) if scaled else (term, 1)
       if base in dim_of and strides[dim_of[base]] == 0: strides[dim_of[base]] = coefficient
       else: not_affine.update(dim_of[node] for node in term.toposort if node in dim_of)
     not_affine.update(dim_of[node] for node in valid.toposort if node in dim_of)

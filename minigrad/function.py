@@ -1,0 +1,232 @@
+"""Differentiable primitives: each op's forward (on UOps) and its derivative (on Tensors) stand together.
+
+Input: Tensors. Output: a Tensor whose lazy UOp graph is the forward, remembering (when gradients are on)
+the Function that made it so `backward()` can apply the chain rule. Every other Tensor op is built from
+these, so its gradient comes for free; gradients are Tensor ops too, so backward kernels fuse like forward.
+"""
+from __future__ import annotations
+from typing import Any, TYPE_CHECKING
+import math
+from minigrad.dtype import DType
+from minigrad.uop.ops import UOp, Ops
+from minigrad.uop.shapetracker import ShapeTracker
+if TYPE_CHECKING: from minigrad.tensor import Tensor
+
+
+def view_uop(u: UOp, apply: Any) -> UOp:
+  """Apply a ShapeTracker method to a tensor-graph node: VIEWs stack into one VIEW over the base."""
+  base, st = (u.src[0], u.arg) if u.op is Ops.VIEW and u.src else (u, ShapeTracker.from_shape(u.shape))
+  new_st = apply(st)
+  if new_st.contiguous and new_st.shape == base.shape: return base
+  return UOp(Ops.VIEW, u.dtype, (base,), new_st)
+
+
+class Function:
+  def __init__(self, *inputs: Tensor):
+    self.inputs = inputs
+    self.needs_grad = [bool(t.requires_grad) for t in inputs]
+
+  @staticmethod
+  def tensor(u: UOp) -> Tensor:
+    """Wrap a saved forward value as a Tensor (for use in a backward formula)."""
+    from minigrad.tensor import Tensor
+    return Tensor(u)
+
+  def forward(self, *args: UOp, **kwargs: Any) -> UOp: raise NotImplementedError
+  def backward(self, grad: Tensor) -> Tensor | None | tuple[Tensor | None, ...]: raise NotImplementedError
+
+  @classmethod
+  def apply(cls, *inputs: Tensor, **kwargs: Any) -> Tensor:
+    from minigrad.tensor import Tensor
+    fn = cls(*inputs)
+    out = Tensor(fn.forward(*[t.uop for t in inputs], **kwargs))
+    if Tensor.grad_enabled and any(fn.needs_grad):
+      out.requires_grad, out._ctx = True, fn
+    return out
+
+
+# ---- unary ----
+class Cast(Function):
+  def forward(self, x: UOp, dtype: DType) -> UOp:
+    self.input_dtype = x.dtype
+    return x.cast(dtype)
+  def backward(self, grad: Tensor) -> Tensor: return grad.cast(self.input_dtype)
+
+class Neg(Function):
+  def forward(self, x: UOp) -> UOp: return x.alu(Ops.NEG)
+  def backward(self, grad: Tensor) -> Tensor: return -grad
+
+class Reciprocal(Function):
+  def forward(self, x: UOp) -> UOp:
+    self.ret = x.alu(Ops.RECIP)
+    return self.ret
+  def backward(self, grad: Tensor) -> Tensor:
+    r = self.tensor(self.ret)
+    return -grad * r * r
+
+class Sin(Function):
+  def forward(self, x: UOp) -> UOp:
+    self.x = x
+    return x.alu(Ops.SIN)
+  def backward(self, grad: Tensor) -> Tensor: return grad * (math.pi / 2 - self.tensor(self.x)).sin()
+
+class Exp2(Function):
+  def forward(self, x: UOp) -> UOp:
+    self.ret = x.alu(Ops.EXP2)
+    return self.ret
+  def backward(self, grad: Tensor) -> Tensor: return grad * self.tensor(self.ret) * math.log(2)
+
+class Log2(Function):
+  def forward(self, x: UOp) -> UOp:
+    self.x = x
+    return x.alu(Ops.LOG2)
+  def backward(self, grad: Tensor) -> Tensor: return grad / (self.tensor(self.x) * math.log(2))
+
+class Sqrt(Function):
+  def forward(self, x: UOp) -> UOp:
+    self.ret = x.alu(Ops.SQRT)
+    return self.ret
+  def backward(self, grad: Tensor) -> Tensor: return grad / (self.tensor(self.ret) * 2)
+
+class Relu(Function):
+  def forward(self, x: UOp) -> UOp:
+    self.x = x
+    return x.alu(Ops.MAX, const_uop(0, x.dtype, x.device, x.shape))
+  def backward(self, grad: Tensor) -> Tensor: return (self.tensor(self.x) > 0).where(grad, 0.0)
+
+# ---- binary ----
+class Add(Function):
+  def forward(self, x: UOp, y: UOp) -> UOp: return x.alu(Ops.ADD, y)
+  def backward(self, grad: Tensor) -> tuple[Tensor, Tensor]: return grad, grad
+
+class Mul(Function):
+  def forward(self, x: UOp, y: UOp) -> UOp:
+    self.x, self.y = x, y
+    return x.alu(Ops.MUL, y)
+  def backward(self, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    return (grad * self.tensor(self.y) if self.needs_grad[0] else None, grad * self.tensor(self.x) if self.needs_grad[1] else None)
+
+class Div(Function):
+  def forward(self, x: UOp, y: UOp) -> UOp:
+    self.x, self.y = x, y
+    return x.alu(Ops.FDIV, y)
+  def backward(self, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    y = self.tensor(self.y)
+    return (grad / y if self.needs_grad[0] else None, -grad * self.tensor(self.x) / (y * y) if self.needs_grad[1] else None)
+
+class Maximum(Function):
+  """Elementwise max; at ties the gradient is split in half between the two inputs (as torch does)."""
+  def forward(self, x: UOp, y: UOp) -> UOp:
+    self.x, self.y = x, y
+    return x.alu(Ops.MAX, y)
+  def backward(self, grad: Tensor) -> tuple[Tensor, Tensor]:
+    x, y = self.tensor(self.x), self.tensor(self.y)
+    share = (x > y).where(1.0, (x.eq(y)).where(0.5, 0.0)).cast(grad.dtype)
+    return grad * share, grad * (1 - share)
+
+class Where(Function):
+  def forward(self, cond: UOp, x: UOp, y: UOp) -> UOp:
+    self.cond = cond
+    return cond.alu(Ops.WHERE, x, y)
+  def backward(self, grad: Tensor) -> tuple[None, Tensor, Tensor]:
+    cond = self.tensor(self.cond)
+    return None, cond.where(grad, 0.0), cond.where(0.0, grad)
+
+# ---- reduce ----
+class Sum(Function):
+  def forward(self, x: UOp, axes: tuple[int, ...]) -> UOp:
+    self.input_shape = x.shape
+    return UOp(Ops.REDUCE_AXIS, x.dtype, (x,), (Ops.ADD, axes))
+  def backward(self, grad: Tensor) -> Tensor: return grad.expand(self.input_shape)
+
+class Max(Function):
+  """Reduce max; the gradient is shared evenly between tied maxima (as torch's amax does)."""
+  def forward(self, x: UOp, axes: tuple[int, ...]) -> UOp:
+    self.x, self.axes = x, axes
+    self.ret = UOp(Ops.REDUCE_AXIS, x.dtype, (x,), (Ops.MAX, axes))
+    return self.ret
+  def backward(self, grad: Tensor) -> Tensor:
+    x = self.tensor(self.x)
+    is_max = x.eq(self.tensor(self.ret).expand(x.shape)).cast(grad.dtype)
+    count = is_max.sum(self.axes, keepdim=True).cast(grad.dtype)
+    return (is_max / count.expand(x.shape)) * grad.expand(x.shape)
+
+# ---- movement ----
+class Reshape(Function):
+  def forward(self, x: UOp, shape: tuple[int, ...]) -> UOp:
+    self.input_shape = x.shape
+    return view_uop(x, lambda st: st.reshape(shape))
+  def backward(self, grad: Tensor) -> Tensor: return grad.reshape(self.input_shape)
+
+class Permute(Function):
+  def forward(self, x: UOp, order: tuple[int, ...]) -> UOp:
+    self.order = order
+    return view_uop(x, lambda st: st.permute(order))
+  def backward(self, grad: Tensor) -> Tensor:
+    inverse = [0] * len(self.order)
+    for i, o in enumerate(self.order): inverse[o] = i
+    return grad.permute(tuple(inverse))
+
+class Expand(Function):
+  def forward(self, x: UOp, shape: tuple[int, ...]) -> UOp:
+    self.axes = tuple(i for i, (old, new) in enumerate(zip(x.shape, shape)) if old != new)
+    return view_uop(x, lambda st: st.expand(shape))
+  def backward(self, grad: Tensor) -> Tensor: return grad.sum(self.axes, keepdim=True)
+
+class Pad(Function):
+  def forward(self, x: UOp, padding: tuple[tuple[int, int], ...]) -> UOp:
+    self.region = tuple((before, before + s) for (before, _), s in zip(padding, x.shape))
+    return view_uop(x, lambda st: st.pad(padding))
+  def backward(self, grad: Tensor) -> Tensor: return grad.shrink(self.region)
+
+class Shrink(Function):
+  def forward(self, x: UOp, bounds: tuple[tuple[int, int], ...]) -> UOp:
+    self.padding = tuple((start, s - end) for (start, end), s in zip(bounds, x.shape))
+    return view_uop(x, lambda st: st.shrink(bounds))
+  def backward(self, grad: Tensor) -> Tensor: return grad.pad(self.padding)
+
+class Flip(Function):
+  def forward(self, x: UOp, axes: tuple[int, ...]) -> UOp:
+    self.axes = axes
+    return view_uop(x, lambda st: st.flip(axes))
+  def backward(self, grad: Tensor) -> Tensor: return grad.flip(self.axes)
+
+class Contiguous(Function):
+  def forward(self, x: UOp) -> UOp: return UOp(Ops.CONTIGUOUS, x.dtype, (x,))
+  def backward(self, grad: Tensor) -> Tensor: return grad
+
+
+def const_uop(value: Any, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
+  """A constant tensor-graph node of `shape`: one CONST, expanded by a VIEW (no memory)."""
+  const = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), UOp.const(dtype, value).arg)
+  if not shape: return const
+  return UOp(Ops.VIEW, dtype, (const,), ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape))
+
+
+def backpropagate(root: Tensor, root_grad: Tensor) -> dict[int, Tensor]:
+  """The chain rule over the recorded ops, last op first. Returns {id(tensor): d root / d tensor} for every
+  tensor on a path from a tensor that requires grad to root."""
+  from minigrad.tensor import Tensor
+  order: list[Tensor] = []
+  visited: set[int] = set()
+  stack: list[tuple[Tensor, bool]] = [(root, False)]
+  while stack:   # iterative post-order: long chains of ops don't hit the recursion limit
+    t, inputs_done = stack.pop()
+    if inputs_done:
+      order.append(t)
+      continue
+    if id(t) in visited: continue
+    visited.add(id(t))
+    stack.append((t, True))
+    if t._ctx is not None: stack.extend((i, False) for i in t._ctx.inputs if id(i) not in visited)
+  grads: dict[int, Tensor] = {id(root): root_grad}
+  with Tensor.no_grad():
+    for t in reversed(order):
+      if t._ctx is None or id(t) not in grads: continue
+      input_grads = t._ctx.backward(grads[id(t)])
+      if not isinstance(input_grads, tuple): input_grads = (input_grads,)
+      for inp, grad, needed in zip(t._ctx.inputs, input_grads, t._ctx.needs_grad):
+        if grad is None or not needed: continue
+        if grad.shape != inp.shape: raise RuntimeError(f"{type(t._ctx).__name__} gave a gradient of shape {grad.shape} for an input of shape {inp.shape}")
+        grads[id(inp)] = grad if id(inp) not in grads else grads[id(inp)] + grad
+  return grads
