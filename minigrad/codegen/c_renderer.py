@@ -41,6 +41,8 @@ class CRenderer:
     Ops.WHERE: lambda c, a, b, dt: f"({c}?{a}:{b})", Ops.MULACC: lambda a, b, c, dt: f"(({a}*{b})+{c})",
   }
   includes = ["#include <math.h>"]
+  repeats_operands = {Ops.MAX}
+  max_inline_nesting = 12
 
   def type_name(self, dt: DType) -> str:
     if isinstance(dt, PtrDType): return self.type_name(dt.base) + "*"
@@ -75,6 +77,9 @@ class CRenderer:
     uses: dict[UOp, int] = {}
     for u in uops:
       for s in u.src: uses[s] = uses.get(s, 0) + 1
+    # operands an op's text repeats (max is `a<b?b:a`) get a variable, or nested maxes grow exponentially
+    repeated = {s for u in uops if u.op in self.repeats_operands for s in u.src}
+    nesting: dict[UOp, int] = {}   # depth of an inlined expression; deep ones get a variable
     names: dict[UOp, str] = {}
     counters: dict[str, int] = {}
     lines: list[str] = []
@@ -120,8 +125,11 @@ class CRenderer:
         if u.op is Ops.CAST: expr = self.render_cast(src[0], u.dtype)
         elif u.op in GroupOp.ALU: expr = self.code_for_op[u.op](*src, u.src[0].dtype if u.op in GroupOp.Comparison else u.dtype)
         else: raise NotImplementedError(f"{type(self).__name__} can't render {u.op}")
-        if uses.get(u, 0) <= 1 or (u.dtype == dtypes.index and _is_index_math(u)): names[u] = expr
+        nesting[u] = 1 + max((nesting.get(s, 0) for s in u.src), default=0)
+        inline = (uses.get(u, 0) <= 1 and u not in repeated and nesting[u] <= self.max_inline_nesting)
+        if inline or (u.dtype == dtypes.index and _is_index_math(u)): names[u] = expr
         else:
+          nesting[u] = 0
           names[u] = fresh("alu")
           line(f"{self.type_name(u.dtype)} {names[u]} = {_strip(expr)};")
     header = self.kernel_header(name, globals_, written)
