@@ -8,7 +8,7 @@ import numpy as np
 from minigrad import Tensor, Device, GlobalCounters
 from minigrad.uop.ops import pretty
 from minigrad.codegen.kernel import Kernel
-from minigrad.codegen.lowerer import lower, loop_ranges
+from minigrad.codegen.lowerer import lower
 from minigrad.codegen.linearizer import linearize
 
 
@@ -49,7 +49,7 @@ def main() -> None:
   for view in kernel.views: print(f"  view {kernel.st_of(view)}")
 
   heading("5. linearized loop uops")
-  uops = linearize(lower(kernel), [r for r in loop_ranges(kernel) if r.arg[1] == "global"])
+  uops = linearize(lower(kernel))
   for i, u in enumerate(uops):
     srcs = ",".join(str(uops.index(s)) if s in uops else "-" for s in u.src)
     print(f"{i:3d} {u.op.name:12s} {u.dtype.name:6s} [{srcs}] {'' if u.arg is None else u.arg}")

@@ -79,7 +79,7 @@ class Tensor:
     elif isinstance(data, (bytes, bytearray, memoryview)): arr = np.frombuffer(data, dtype=np.uint8)
     else: raise TypeError(f"can't build a Tensor from {type(data).__name__}")
     dt = dtype or from_numpy(arr.dtype)
-    arr = np.ascontiguousarray(arr.astype(to_numpy(dt), copy=False))
+    arr = np.require(arr.astype(to_numpy(dt), copy=False), requirements='C')   # keeps 0-d arrays 0-d
     buffer = UOp.new_buffer(dev, arr.size, dt)
     buffer_of(buffer).copyin(arr.reshape(-1))
     self.uop = buffer_view(buffer, arr.shape)

@@ -41,6 +41,8 @@ class CRenderer:
     Ops.WHERE: lambda c, a, b, dt: f"({c}?{a}:{b})", Ops.MULACC: lambda a, b, c, dt: f"(({a}*{b})+{c})",
   }
   includes = ["#include <math.h>"]
+  # CPU kernels take `core_start, core_end` for their outermost loop, so the runtime can split it over threads
+  threaded_outer_loop = True
   repeats_operands = {Ops.MAX}
   max_inline_nesting = 12
 
@@ -66,11 +68,12 @@ class CRenderer:
 
   def render_cast(self, x: str, dt: DType) -> str: return f"(({self.type_name(dt)})({x}))"
 
-  def kernel_header(self, name: str, globals_: list[UOp], written: set[int]) -> str:
+  def kernel_header(self, name: str, globals_: list[UOp], written: set[int], variables: list[UOp]) -> str:
     params = []
     for g in globals_:
       const = "" if g.arg in written else "const "
       params.append(f"{const}{self.type_name(g.dtype.base)}* restrict {self.buffer_prefix}data{g.arg}")
+    params += [f"const int {v.arg[0]}" for v in variables]
     return f"{self.kernel_prefix}void {name}({', '.join(params)})"
 
   def render(self, name: str, uops: list[UOp]) -> str:
@@ -96,6 +99,7 @@ class CRenderer:
     for u in uops:
       src = [names.get(s, "") for s in u.src]
       if u.op is Ops.DEFINE_GLOBAL: names[u] = f"{self.buffer_prefix}data{u.arg}"
+      elif u.op is Ops.DEFINE_VAR: names[u] = u.arg[0]
       elif u.op is Ops.CONST: names[u] = self.render_const(u.arg, u.dtype)
       elif u.op is Ops.RANGE:
         var = fresh("ridx" if u.arg[1] == "reduce" else "gidx")
@@ -132,7 +136,7 @@ class CRenderer:
           nesting[u] = 0
           names[u] = fresh("alu")
           line(f"{self.type_name(u.dtype)} {names[u]} = {_strip(expr)};")
-    header = self.kernel_header(name, globals_, written)
+    header = self.kernel_header(name, globals_, written, [u for u in uops if u.op is Ops.DEFINE_VAR])
     return "\n".join(self.includes + [header + " {"] + lines + ["}"]) + "\n"
 
 

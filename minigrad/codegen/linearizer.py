@@ -93,12 +93,12 @@ class _Emitter:
     self.emitted[rng] = rebuilt
 
 
-def linearize(sink: UOp, global_ranges: list[UOp]) -> list[UOp]:
-  """Flatten lowered code. `global_ranges` are the kernel's output loops, outermost first."""
+def linearize(sink: UOp) -> list[UOp]:
+  """Flatten lowered code: the global (output) loops open first, outermost first."""
   emitter = _Emitter(sink)
-  for rng in global_ranges:
-    if rng in emitter.inside[sink] or any(rng in r for r in emitter.inside.values()): emitter.emit_range(rng)
+  global_ranges = sorted((u for u in emitter.inside[sink] if u.arg[1] == "global"), key=lambda u: u.arg[0])
+  for rng in global_ranges: emitter.emit_range(rng)
   for store in sink.src: emitter.emit(store)
-  for rng in reversed([r for r in global_ranges if r in emitter.emitted]):
+  for rng in reversed(global_ranges):
     emitter.out.append(UOp(Ops.ENDRANGE, dtypes.void, (emitter.emitted[rng],)))
   return emitter.out

@@ -13,14 +13,21 @@ from minigrad.uop.symbolic import symbolic
 from minigrad.codegen.kernel import Kernel
 
 
-def loop_ranges(k: Kernel) -> list[UOp]:
-  """One RANGE per dim; arg = (axis, "global" | "reduce")."""
-  return [UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 0), UOp.const(dtypes.index, size)),
-              (axis, "reduce" if axis >= k.first_reduce else "global")) for axis, size in enumerate(k.full_shape)]
+def loop_ranges(k: Kernel, threaded: bool = False) -> list[UOp]:
+  """One RANGE per dim; arg = (axis, "global" | "reduce"). With `threaded`, the outermost global loop runs
+  from `core_start` to `core_end`, kernel arguments that let the runtime split it across threads."""
+  ranges = []
+  for axis, size in enumerate(k.full_shape):
+    kind = "reduce" if axis >= k.first_reduce else "global"
+    if threaded and axis == 0 and kind == "global":
+      bounds = (UOp.variable("core_start", 0, size - 1), UOp.variable("core_end", 1, size))
+    else: bounds = (UOp.const(dtypes.index, 0), UOp.const(dtypes.index, size))
+    ranges.append(UOp(Ops.RANGE, dtypes.index, bounds, (axis, kind)))
+  return ranges
 
 
-def lower(k: Kernel) -> UOp:
-  ranges = loop_ranges(k)
+def lower(k: Kernel, threaded: bool = False) -> UOp:
+  ranges = loop_ranges(k, threaded)
   built: dict[UOp, UOp] = {}
 
   def indexed(view: UOp) -> tuple[UOp, UOp]:

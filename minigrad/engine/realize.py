@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 import atexit
 import weakref
-from minigrad.helpers import DEBUG, GlobalCounters, colored
+from minigrad.helpers import DEBUG, GlobalCounters, colored, prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, pretty
 from minigrad.schedule.scheduler import ScheduleItem
 from minigrad.codegen.kernel import Kernel
-from minigrad.codegen.lowerer import lower, loop_ranges
+from minigrad.codegen.lowerer import lower
 from minigrad.codegen.linearizer import linearize
 from minigrad.runtime.device import Buffer, Device
 
@@ -38,6 +38,11 @@ class CompiledKernel:
   kernel: Kernel
   program: object
   flops: int
+  outer_loop: int | None   # size of the outermost loop when the program can split it across threads
+
+  def __call__(self, buffers: list[Buffer], wait: bool = False) -> float | None:
+    extra = {} if self.outer_loop is None else {"outer_loop": self.outer_loop, "work": prod(self.kernel.full_shape)}
+    return self.program(*[b.opaque for b in buffers], wait=wait, **extra)
 
 
 def count_flops(uops: list[UOp]) -> int:
@@ -46,7 +51,7 @@ def count_flops(uops: list[UOp]) -> int:
   trips, total = [1], 0
   for u in uops:
     if u.op is Ops.RANGE:
-      trips.append(trips[-1] * max(0, u.src[1].arg - u.src[0].arg) if u.src[1].op is Ops.CONST else trips[-1])
+      trips.append(trips[-1] * (u.vmax - u.vmin + 1))
       index_math.add(u)
     elif u.op is Ops.ENDRANGE: trips.pop()
     elif u.op is Ops.CONST: index_math.add(u)
@@ -67,15 +72,17 @@ def get_kernel(ast: UOp, device: str) -> CompiledKernel:
   if DEBUG >= 3:
     print(pretty(ast))
     print(f"{kernel.name}: full shape {kernel.full_shape}, applied opts {kernel.applied_opts}")
-  lowered = lower(kernel)
-  uops = linearize(lowered, [r for r in loop_ranges(kernel) if r.arg[1] == "global"])
+  lowered = lower(kernel, threaded=getattr(dev.renderer, "threaded_outer_loop", False))
+  uops = linearize(lowered)
   if DEBUG >= 5:
     for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype.name:8s} {u.arg if u.op is not Ops.CONST else u.arg!r}")
   source = dev.renderer.render(kernel.name, uops)
   if DEBUG >= 4: print(source)
   lib = dev.compiler.compile_cached(source)
   program = dev.program(kernel.name, lib)
-  compiled = compiled_kernels[key] = CompiledKernel(kernel.name, device, source, uops, kernel, program, count_flops(uops))
+  threaded = any(u.op is Ops.DEFINE_VAR and u.arg[0] == "core_start" for u in uops)
+  compiled = compiled_kernels[key] = CompiledKernel(kernel.name, device, source, uops, kernel, program, count_flops(uops),
+                                                    kernel.full_shape[0] if threaded else None)
   return compiled
 
 
@@ -83,7 +90,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
   for item in items:
     kernel = get_kernel(item.ast, item.device)
     bufs = [buffer_of(b).allocate() for b in item.bufs]
-    seconds = kernel.program(*[b.opaque for b in bufs], wait=DEBUG >= 2)
+    seconds = kernel(bufs, wait=DEBUG >= 2)
     nbytes = sum(b.nbytes for b in bufs)
     GlobalCounters.kernel_count += 1
     GlobalCounters.global_ops += kernel.flops

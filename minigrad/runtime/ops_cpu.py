@@ -6,6 +6,7 @@ program class loads those bytes and calls the kernel on buffer addresses plus in
 """
 from __future__ import annotations
 from typing import Any
+import concurrent.futures
 import ctypes
 import _ctypes
 import os
@@ -17,9 +18,10 @@ import subprocess
 import tempfile
 import time
 import numpy as np
-from minigrad.helpers import DEBUG, cache_dir
+from minigrad.helpers import DEBUG, cache_dir, getenv
 from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source
 
+PARALLEL_MIN_WORK = 1 << 16   # loop iterations below which a second thread costs more than it saves
 ALIGNMENT = 64   # bytes; a cache line, and enough for AVX-512 aligned loads
 
 
@@ -172,15 +174,21 @@ class CPUProgram:
       raise TypeError(f"kernel {self.name} takes {self._arg_counts[0]} buffers and {self._arg_counts[1]} int values, "
                       f"got {num_buffers} and {num_vals}")
 
-  def _launch(self, args: tuple[Any, ...]) -> None:
-    self.function(*args)
-
-  def __call__(self, *buffers: Any, vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
-    self._set_signature(len(buffers), len(vals))
+  def __call__(self, *buffers: Any, vals: tuple[int, ...] = (), wait: bool = False, outer_loop: int | None = None,
+               work: int = 0) -> float | None:
+    """Run the kernel. With `outer_loop=n` the kernel takes (core_start, core_end) after `vals`; when the
+    kernel's `work` (loop iterations in all) is big enough to pay for it, the n iterations of its outermost
+    loop are split into contiguous parts, one per thread."""
+    threads = cpu_threads() if work >= PARALLEL_MIN_WORK else 1
+    parts = [()] if outer_loop is None else [(outer_loop * i // threads, outer_loop * (i + 1) // threads) for i in range(max(1, min(threads, outer_loop)))]
+    self._set_signature(len(buffers), len(vals) + len(parts[0]))
     for value in vals:
       if not -2**31 <= value < 2**31: raise OverflowError(f"kernel {self.name}: value {value} does not fit a C int")
     start = time.perf_counter()
-    self._launch((*buffers, *vals))
+    if len(parts) == 1: self.function(*buffers, *vals, *parts[0])
+    else:
+      # ctypes releases the GIL during the call, so these run on all cores at once
+      for future in [_thread_pool(len(parts)).submit(self.function, *buffers, *vals, *part) for part in parts]: future.result()
     return time.perf_counter() - start if wait else None
 
   def __del__(self) -> None:
@@ -191,6 +199,20 @@ class CPUProgram:
       except Exception: pass
 
   def __repr__(self) -> str: return f"<CPUProgram {self.name}>"
+
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None   # the one thread pool CPU kernels share
+
+
+def _thread_pool(size: int) -> concurrent.futures.ThreadPoolExecutor:
+  global _pool
+  if _pool is None or _pool._max_workers < size: _pool = concurrent.futures.ThreadPoolExecutor(max_workers=size, thread_name_prefix="minigrad-cpu")
+  return _pool
+
+
+def cpu_threads() -> int:
+  """How many threads CPU kernels use: $CPU_THREADS, else one per core."""
+  return max(1, getenv("CPU_THREADS", os.cpu_count() or 1))
 
 
 def create_device() -> Compiled:
