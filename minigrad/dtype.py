@@ -114,6 +114,14 @@ NAMED = {**{d.name: d for d in ALL_DTYPES}, "float32": dtypes.float32, "float64"
          "uint64": dtypes.uint64}
 
 
+def to_dtype(value: Any) -> DType:
+  """A DType from a DType, a name ("float32", "half") or a numpy dtype/type; TypeError for anything else."""
+  if isinstance(value, DType): return value
+  if isinstance(value, str): return dtypes.from_name(value)
+  try: return from_numpy(np.dtype(value))
+  except TypeError as e: raise TypeError(f"can't use {value!r} as a dtype: {e}") from None
+
+
 def to_numpy(dt: DType) -> np.dtype:
   """The numpy dtype used to hold `dt` on the host. bfloat16 has none: it is carried as float32."""
   if dt == dtypes.bfloat16: return np.dtype(np.float32)

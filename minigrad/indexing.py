@@ -5,6 +5,7 @@ Every piece maps to movement ops, so `x[::2, 1]` costs no kernel until it is use
 """
 from __future__ import annotations
 from typing import Any, TYPE_CHECKING
+import numpy as np
 if TYPE_CHECKING: from minigrad.tensor import Tensor
 
 
@@ -32,7 +33,7 @@ def getitem(t: Tensor, index: Any) -> Tensor:
   for it in items:
     if isinstance(it, (Tensor, list)):
       raise NotImplementedError("indexing with tensors or lists (advanced indexing) is not supported yet")
-    if not (it is None or it is Ellipsis or isinstance(it, (int, slice)) and not isinstance(it, bool)):
+    if not (it is None or it is Ellipsis or isinstance(it, (int, np.integer, slice)) and not isinstance(it, (bool, np.bool_))):
       raise TypeError(f"invalid index {it!r} of type {type(it).__name__}: use ints, slices, None or ...")
   if sum(it is Ellipsis for it in items) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
   real = sum(1 for it in items if it is not None and it is not Ellipsis)
@@ -48,7 +49,8 @@ def getitem(t: Tensor, index: Any) -> Tensor:
       out_shape.append(1)
       continue
     size = t.shape[dim]
-    if isinstance(it, int):
+    if isinstance(it, (int, np.integer)):
+      it = int(it)
       if not -size <= it < size: raise IndexError(f"index {it} is out of bounds for dimension {dim} with size {size}")
       t = _take_every(t, dim, it % size, 1, 1)
     else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 import math
 import numpy as np
-from minigrad.dtype import DType, dtypes, to_numpy, from_numpy, promote_types, result_type_with_scalar
+from minigrad.dtype import DType, dtypes, to_dtype, to_numpy, from_numpy, promote_types, result_type_with_scalar
 from minigrad.helpers import prod, to_tuple
 from minigrad.uop.ops import UOp, Ops
 import minigrad.function as F
@@ -24,8 +24,9 @@ Scalar = int | float | bool
 
 def _flatten_nested(data: Any) -> Any:
   """Validate a nested Python list (rectangular) and turn it into a numpy array with torch-like dtypes."""
-  arr = np.array(data)
-  if arr.dtype == object: raise ValueError(f"can't build a tensor from ragged nested sequences: {str(data)[:80]}")
+  try: arr = np.array(data)
+  except ValueError: arr = np.array(None, dtype=object)
+  if arr.dtype == object: raise ValueError(f"can't build a tensor from ragged or non-numeric nested sequences: {str(data)[:80]}")
   if arr.dtype.kind == "f": return arr.astype(to_numpy(dtypes.default_float))
   if arr.dtype.kind in "iu": return arr.astype(to_numpy(dtypes.default_int))
   if arr.dtype.kind == "b": return arr
@@ -65,6 +66,8 @@ class Tensor:
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
     self._ctx: F.Function | None = None   # the op that made this tensor, while gradients are tracked
+    if dtype is not None: dtype = to_dtype(dtype)
+    if device == "": raise ValueError("device name is empty")
     dev = Device.canonicalize(device or Device.DEFAULT)
     if isinstance(data, UOp):
       self.uop = data if dtype is None or data.dtype == dtype else data.cast(dtype)
@@ -96,6 +99,10 @@ class Tensor:
   def numel(self) -> int: return prod(self.shape)
   def size(self, dim: int | None = None) -> tuple[int, ...] | int:
     return self.shape if dim is None else self.shape[_normalize_axis(dim, self.ndim)]
+  def __bool__(self) -> bool:
+    if self.numel() != 1: raise RuntimeError(f"Boolean value of Tensor with {self.numel()} values (shape {self.shape}) is ambiguous")
+    return bool(self.item())
+
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
@@ -175,7 +182,7 @@ class Tensor:
   @staticmethod
   def full(shape: int | Sequence[int], value: Scalar, dtype: DType | None = None, device: str | None = None) -> Tensor:
     shape = _check_shape(to_tuple(shape))
-    dt = dtype or dtypes.from_py(value)
+    dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(value)
     return Tensor(const_uop(value, dt, Device.canonicalize(device or Device.DEFAULT), shape))
   @staticmethod
   def zeros(*shape: Any, **kwargs: Any) -> Tensor: return Tensor.full(_shape_args(shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
@@ -189,7 +196,7 @@ class Tensor:
   @staticmethod
   def empty(*shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
     shp = _check_shape(_shape_args(shape))
-    buffer = UOp.new_buffer(Device.canonicalize(device or Device.DEFAULT), prod(shp), dtype or dtypes.default_float)
+    buffer = UOp.new_buffer(Device.canonicalize(device or Device.DEFAULT), prod(shp), to_dtype(dtype or dtypes.default_float))
     return Tensor(buffer_view(buffer, shp))
 
   @staticmethod
@@ -197,7 +204,7 @@ class Tensor:
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must be nonzero")
     is_float = any(isinstance(v, float) for v in (start, stop, step))
-    dt = dtype or (dtypes.default_float if is_float else dtypes.default_int)
+    dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
     return Tensor(np.arange(start, stop, step).astype(to_numpy(dt)), device=device, dtype=dt)
 
   @staticmethod
@@ -335,7 +342,9 @@ class Tensor:
 
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
 
-  def cast(self, dtype: DType) -> Tensor: return self if self.dtype == dtype else F.Cast.apply(self, dtype=dtype)
+  def cast(self, dtype: DType | str) -> Tensor:
+    dtype = to_dtype(dtype)
+    return self if self.dtype == dtype else F.Cast.apply(self, dtype=dtype)
   def float(self) -> Tensor: return self.cast(dtypes.float32)
   def int(self) -> Tensor: return self.cast(dtypes.int32)
   def bool(self) -> Tensor: return self.cast(dtypes.bool)
@@ -358,7 +367,12 @@ class Tensor:
     return a._alu(Ops.MAX, b)
   def minimum(self, x: Any) -> Tensor:
     a, b = self._broadcasted(x)
-    return -((-a).maximum(-b)) if a.dtype != dtypes.bool else a & b
+    return a._flip_order().maximum(b._flip_order())._flip_order()
+
+  def _flip_order(self) -> Tensor:
+    """An order-reversing map that is its own inverse: -x (floats), ~x (ints, no overflow), not x (bools)."""
+    if dtypes.is_float(self.dtype): return -self
+    return self.logical_not() if self.dtype == dtypes.bool else self ^ -1
 
   def __neg__(self) -> Tensor: return self.logical_not() if self.dtype == dtypes.bool else self._alu(Ops.NEG)
   def __add__(self, x: Any) -> Tensor: return self.add(x)
@@ -378,8 +392,8 @@ class Tensor:
     return a._alu(op, b)
   def __lt__(self, x: Any) -> Tensor: return self._compare(Ops.CMPLT, x)
   def __gt__(self, x: Any) -> Tensor: return self._compare(Ops.CMPLT, x, True)
-  def __ge__(self, x: Any) -> Tensor: return (self < x).logical_not()
-  def __le__(self, x: Any) -> Tensor: return (self > x).logical_not()
+  def __ge__(self, x: Any) -> Tensor: return (self > x) | self.eq(x)
+  def __le__(self, x: Any) -> Tensor: return (self < x) | self.eq(x)
   def ne(self, x: Any) -> Tensor: return self._compare(Ops.CMPNE, x)
   def eq(self, x: Any) -> Tensor: return self.ne(x).logical_not()
   def __eq__(self, x: Any) -> Tensor: return self.eq(x)  # type: ignore[override]
@@ -400,8 +414,7 @@ class Tensor:
   def where(self, x: Any, y: Any) -> Tensor:
     """`cond.where(x, y)`: x where cond is true, else y (broadcasting all three)."""
     if not isinstance(x, Tensor) and not isinstance(y, Tensor):
-      dt = dtypes.from_py(x) if type(x) is type(y) or isinstance(x, float) else dtypes.from_py(y)
-      x = Tensor.full((), x, dt, self.device)
+      x = Tensor.full((), x, promote_types(dtypes.from_py(x), dtypes.from_py(y)), self.device)
     xt, yt = x._broadcasted(y) if isinstance(x, Tensor) else y._broadcasted(x, reverse=True)
     shape = broadcast_shape(self.shape, xt.shape)
     cond = self.cast(dtypes.bool).expand(shape)
@@ -420,26 +433,52 @@ class Tensor:
   def relu(self) -> Tensor: return F.Relu.apply(self)
   def sigmoid(self) -> Tensor: return 1 / (1 + (-self._float()).exp())
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
-  def abs(self) -> Tensor: return self.maximum(-self) if self.dtype != dtypes.bool else self
+  def abs(self) -> Tensor: return self if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool else self.maximum(-self)
   def square(self) -> Tensor: return self * self
   def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
     out = self if min_ is None else self.maximum(min_)
     return out if max_ is None else out.minimum(max_)
   clamp = clip
   def pow(self, x: Any) -> Tensor:
-    if isinstance(x, (int, float)) and not isinstance(x, bool):
-      if x == 2: return self * self
-      if x == 0.5: return self.sqrt()
-      if x == 1: return self
+    """self ** x as torch computes it: integer exponents exactly (negative bases fine), 0 ** 0 = 1."""
+    if isinstance(x, (int, float, np.number)) and not isinstance(x, bool) and float(x).is_integer() and abs(x) <= 64:
+      n = int(x)
+      base = self if isinstance(x, (int, np.integer)) or dtypes.is_float(self.dtype) else self._float()
+      result, square = base.ones_like(), base
+      for bit in bin(abs(n))[:1:-1]:   # binary exponentiation, lowest bit first
+        if bit == "1": result = result * square
+        square = square * square
+      if n < 0: result = result.reciprocal() if dtypes.is_float(result.dtype) else (1 / result.cast(dtypes.default_float)).cast(result.dtype)
+      return result
+    if isinstance(x, (int, float)) and x == 0.5: return self.sqrt()
     base, exponent = self._broadcasted(x)
     base, exponent = base._float(), exponent._float()
-    return (base.log() * exponent).exp()
+    magnitude = (base.abs().log() * exponent).exp()
+    # a negative base is fine for an integer exponent (sign from its parity) and NaN otherwise
+    is_integer = exponent.eq(exponent.trunc())
+    odd = (exponent.abs() % 2).eq(1)
+    signed = (base < 0).where(is_integer.where(odd.where(-magnitude, magnitude), math.nan), magnitude)
+    return exponent.eq(0).where(1.0, signed)
+
+  def __rpow__(self, x: Any) -> Tensor: return Tensor.full(self.shape, x, result_type_with_scalar(self.dtype, x), self.device).pow(self)
+  def trunc(self) -> Tensor: return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
+  def __mod__(self, x: Any) -> Tensor:
+    """Remainder with the divisor's sign (torch's %): x - floor(x / y) * y for floats."""
+    a, b = self._broadcasted(x)
+    if dtypes.is_float(a.dtype):
+      quotient = a / b
+      floored = quotient.trunc() - ((quotient < 0) & quotient.ne(quotient.trunc())).cast(a.dtype)
+      return a - floored * b
+    remainder = Tensor(a.uop.alu(Ops.MOD, b.uop))
+    fix = remainder.ne(0) & ((remainder < 0).ne(b < 0))
+    return fix.where(remainder + b, remainder)
 
   # ---- reductions ----
   def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
     if axis is None: return tuple(range(self.ndim))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    return tuple(sorted({_normalize_axis(a, self.ndim) for a in axes}))
+    normalized = {_normalize_axis(a, self.ndim) for a in axes}
+    return () if self.ndim == 0 else tuple(sorted(normalized))
 
   def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
     axes = self._axes(axis)
@@ -456,7 +495,7 @@ class Tensor:
   def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
     return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-    return -((-self).max(axis, keepdim)) if self.dtype != dtypes.bool else self.logical_not().max(axis, keepdim).logical_not()
+    return self._flip_order().max(axis, keepdim)._flip_order()
   def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
     count = prod(self.shape[a] for a in self._axes(axis))
     total = self._float().sum(axis, keepdim)
@@ -479,7 +518,10 @@ class Tensor:
     x, y = (self.unsqueeze(0) if self.ndim == 1 else self), (w.unsqueeze(-1) if w.ndim == 1 else w)
     if x.shape[-1] != y.shape[-2]:
       raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({self.shape} @ {w.shape}: {x.shape[-1]} != {y.shape[-2]})")
-    out = (x.unsqueeze(-2) * y.transpose(-1, -2).unsqueeze(-3)).sum(-1)
+    try: broadcast_shape(x.shape[:-2], y.shape[:-2])
+    except ValueError: raise RuntimeError(f"matmul batch dimensions of {self.shape} and {w.shape} can't be broadcast") from None
+    # sum in the inputs' dtype: int32 @ int32 stays int32 (as in torch), unlike sum() which widens ints
+    out = (x.unsqueeze(-2) * y.transpose(-1, -2).unsqueeze(-3))._reduce(Ops.ADD, -1, False)
     if self.ndim == 1: out = out.squeeze(-2)
     if w.ndim == 1: out = out.squeeze(-1)
     return out

@@ -3,7 +3,6 @@
 Forward values and gradients are checked against torch (float32) with the same inputs and weights. Shapes are
 small: each distinct kernel is compiled once, and compiling dominates the runtime.
 
-Known minigrad core bugs are kept as `xfail(strict=True, reason="BUG: ...")` so that fixing one flips the test.
 """
 from __future__ import annotations
 import math
@@ -553,7 +552,5 @@ def test_training_loop_end_to_end():
 
 # ---------------------------------------------------------------- core bugs found while building nn
 
-@pytest.mark.xfail(strict=True, reason="BUG: Tensor(np.array(2.0)) has shape (1,): np.ascontiguousarray turns 0-d arrays 1-d "
-                                      "in Tensor.__init__ (nn.state works around it)")
 def test_tensor_from_0d_numpy_array_is_0d():
   assert Tensor(np.array(2.0, np.float32)).shape == ()

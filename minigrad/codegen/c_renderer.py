@@ -34,7 +34,8 @@ class CRenderer:
     Ops.RECIP: lambda x, dt: f"(1.0{'' if dt == dtypes.float64 else 'f'}/{x})",
     Ops.ADD: lambda a, b, dt: f"({a}+{b})", Ops.MUL: lambda a, b, dt: f"({a}*{b})",
     Ops.IDIV: lambda a, b, dt: f"({a}/{b})", Ops.MOD: lambda a, b, dt: f"({a}%{b})", Ops.FDIV: lambda a, b, dt: f"({a}/{b})",
-    Ops.MAX: lambda a, b, dt: f"(({a}<{b})?{b}:{a})",
+    # max propagates NaN (as torch does): a wins if it is NaN or bigger, else b (which may be NaN)
+    Ops.MAX: lambda a, b, dt: f"((({a}!={a})|({a}>{b}))?{a}:{b})" if dtypes.is_float(dt) else f"(({a}<{b})?{b}:{a})",
     Ops.CMPLT: lambda a, b, dt: f"({a}<{b})", Ops.CMPNE: lambda a, b, dt: f"({a}!={b})",
     Ops.AND: lambda a, b, dt: f"({a}&{b})", Ops.OR: lambda a, b, dt: f"({a}|{b})", Ops.XOR: lambda a, b, dt: f"({a}^{b})",
     Ops.SHL: lambda a, b, dt: f"({a}<<{b})", Ops.SHR: lambda a, b, dt: f"({a}>>{b})",
@@ -127,7 +128,10 @@ class CRenderer:
         names[u] = src[0]
       else:
         if u.op is Ops.CAST: expr = self.render_cast(src[0], u.dtype)
-        elif u.op in GroupOp.ALU: expr = self.code_for_op[u.op](*src, u.src[0].dtype if u.op in GroupOp.Comparison else u.dtype)
+        elif u.op in GroupOp.ALU:
+          expr = self.code_for_op[u.op](*src, u.src[0].dtype if u.op in GroupOp.Comparison else u.dtype)
+          # C computes char/short arithmetic in int: wrap the result back to its width at once
+          if u.dtype in SMALL_INTS and u.op not in GroupOp.Comparison: expr = self.render_cast(expr, u.dtype)
         else: raise NotImplementedError(f"{type(self).__name__} can't render {u.op}")
         nesting[u] = 1 + max((nesting.get(s, 0) for s in u.src), default=0)
         inline = (uses.get(u, 0) <= 1 and u not in repeated and nesting[u] <= self.max_inline_nesting)
@@ -138,6 +142,9 @@ class CRenderer:
           line(f"{self.type_name(u.dtype)} {names[u]} = {_strip(expr)};")
     header = self.kernel_header(name, globals_, written, [u for u in uops if u.op is Ops.DEFINE_VAR])
     return "\n".join(self.includes + [header + " {"] + lines + ["}"]) + "\n"
+
+
+SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
 
 
 def _strip(expr: str) -> str:

@@ -39,10 +39,11 @@ class CompiledKernel:
   program: object
   flops: int
   outer_loop: int | None   # size of the outermost loop when the program can split it across threads
+  buffer_args: list[int]   # which of the schedule item's buffers the compiled code takes (unread ones are dropped)
 
   def __call__(self, buffers: list[Buffer], wait: bool = False) -> float | None:
     extra = {} if self.outer_loop is None else {"outer_loop": self.outer_loop, "work": prod(self.kernel.full_shape)}
-    return self.program(*[b.opaque for b in buffers], wait=wait, **extra)
+    return self.program(*[buffers[i].opaque for i in self.buffer_args], wait=wait, **extra)
 
 
 def count_flops(uops: list[UOp]) -> int:
@@ -82,7 +83,8 @@ def get_kernel(ast: UOp, device: str) -> CompiledKernel:
   program = dev.program(kernel.name, lib)
   threaded = any(u.op is Ops.DEFINE_VAR and u.arg[0] == "core_start" for u in uops)
   compiled = compiled_kernels[key] = CompiledKernel(kernel.name, device, source, uops, kernel, program, count_flops(uops),
-                                                    kernel.full_shape[0] if threaded else None)
+                                                    kernel.full_shape[0] if threaded else None,
+                                                    sorted(u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL))
   return compiled
 
 

@@ -58,8 +58,9 @@ class CPUAllocator(Allocator):
 
 COMPILER_CANDIDATES = ("clang", "gcc", "cc")
 # -ffp-contract=off: no fused multiply-add, so a*b+c rounds like numpy. No -ffast-math for the same reason.
+# -fwrapv: signed integer overflow wraps around (as in torch/numpy) instead of being undefined behaviour.
 # -fno-math-errno only stops sqrtf & co. from setting errno, which lets them become single instructions.
-CFLAGS = ("-shared", "-O2", "-march=native", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
+CFLAGS = ("-shared", "-O2", "-march=native", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-fwrapv")
 
 
 def _host_cpu_id() -> str:
