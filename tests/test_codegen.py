@@ -99,3 +99,13 @@ def test_renderer_bug_surfaces_as_compile_error_with_source(monkeypatch):
   with pytest.raises(CompileError) as err:
     (x * 7 + 5).realize()
   assert "void E_9(" in str(err.value) and "*)" in str(err.value)
+
+
+def test_out_of_bounds_kernel_is_refused_not_run():
+  from minigrad.schedule.scheduler import ScheduleItem
+  from minigrad.engine.realize import run_schedule
+  x = Tensor(np.ones(16, np.float32))
+  (item,) = (x + 1).schedule()
+  small_input = Tensor(np.ones(4, np.float32)).uop.base      # the kernel reads 16 elements from a 4-element buffer
+  with pytest.raises(RuntimeError, match="indexes data1 in \\[0, 15\\] but the buffer has 4 elements"):
+    run_schedule([ScheduleItem(item.ast, (item.bufs[0], small_input))])

@@ -8,7 +8,7 @@ Each kernel AST is compiled once per device (Kernel -> lower -> linearize -> ren
 keys: when no graph mentions a BUFFER node any more, its memory is freed.
 """
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import atexit
 import weakref
 from minigrad.helpers import DEBUG, GlobalCounters, colored, prod
@@ -40,8 +40,21 @@ class CompiledKernel:
   flops: int
   outer_loop: int | None   # size of the outermost loop when the program can split it across threads
   buffer_args: list[int]   # which of the schedule item's buffers the compiled code takes (unread ones are dropped)
+  checked_sizes: set[tuple[int, ...]] = field(default_factory=set)
+
+  def check_bounds(self, buffers: list[Buffer]) -> None:
+    """Refuse to launch when an ungated index can leave its buffer (a bug upstream, never a segfault)."""
+    for u in self.uops:
+      if u.op is Ops.INDEX and len(u.src) == 2:
+        size = buffers[u.src[0].arg].size
+        if u.src[1].vmin < 0 or u.src[1].vmax >= size:
+          raise RuntimeError(f"internal error: kernel {self.name} indexes data{u.src[0].arg} in [{u.src[1].vmin}, {u.src[1].vmax}] "
+                             f"but the buffer has {size} elements")
 
   def __call__(self, buffers: list[Buffer], wait: bool = False) -> float | None:
+    if (sizes := tuple(b.size for b in buffers)) not in self.checked_sizes:
+      self.check_bounds(buffers)
+      self.checked_sizes.add(sizes)
     extra = {} if self.outer_loop is None else {"outer_loop": self.outer_loop, "work": prod(self.kernel.full_shape)}
     return self.program(*[buffers[i].opaque for i in self.buffer_args], wait=wait, **extra)
 
