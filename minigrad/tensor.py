@@ -145,6 +145,21 @@ class Tensor:
 
   def detach(self) -> Tensor: return Tensor(self.uop)
 
+  @property
+  def is_leaf(self) -> bool:
+    """True for tensors no recorded op produced (inputs, parameters), as in torch."""
+    return self._ctx is None
+
+  def assign(self, value: Tensor) -> Tensor:
+    """Make this tensor hold `value` (same shape, dtype and device) from now on. Graphs built before keep the
+    old value; `.grad` and `requires_grad` stay. Optimizers update parameters with it."""
+    if not isinstance(value, Tensor): raise TypeError(f"assign expects a Tensor value, got {type(value).__name__}")
+    if value.shape != self.shape: raise ValueError(f"assign: value of shape {value.shape} doesn't match target of shape {self.shape}")
+    if value.dtype != self.dtype: raise ValueError(f"assign: value of dtype {value.dtype} doesn't match target of dtype {self.dtype}")
+    if value.device != self.device: raise ValueError(f"assign: value on {value.device} but target on {self.device}")
+    self.uop = value.uop
+    return self
+
   # ---- autograd ----
   class no_grad:
     """`with Tensor.no_grad():` ops inside record nothing for backward (evaluation, optimizer updates)."""
@@ -529,6 +544,36 @@ class Tensor:
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     out = self @ weight
     return out + bias if bias is not None else out
+
+  # ---- neural-network ops, built from the ops above in minigrad.nn.functional ----
+  def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    from minigrad.nn import functional
+    return functional.conv2d(self, weight, bias, stride, padding, dilation, groups)
+  def max_pool2d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1) -> Tensor:
+    from minigrad.nn import functional
+    return functional.max_pool2d(self, kernel_size, stride, padding, dilation)
+  def avg_pool2d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, count_include_pad: bool = True) -> Tensor:
+    from minigrad.nn import functional
+    return functional.avg_pool2d(self, kernel_size, stride, padding, count_include_pad=count_include_pad)
+  def one_hot(self, num_classes: int = -1) -> Tensor:
+    from minigrad.nn import functional
+    return functional.one_hot(self, num_classes)
+  def dropout(self, p: float = 0.5) -> Tensor:
+    from minigrad.nn import functional
+    return functional.dropout(self, p)
+  def layernorm(self, axis: int = -1, eps: float = 1e-5) -> Tensor:
+    x = self._float()
+    centered = x - x.mean(axis, keepdim=True)
+    return centered * (centered.square().mean(axis, keepdim=True) + eps).rsqrt()
+  def cross_entropy(self, target: Tensor, label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
+    from minigrad.nn import functional
+    return functional.cross_entropy(self, target, label_smoothing=label_smoothing, reduction=reduction)
+  def sparse_categorical_crossentropy(self, labels: Tensor, label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
+    from minigrad.nn import functional
+    return functional.sparse_categorical_crossentropy(self, labels, label_smoothing=label_smoothing, reduction=reduction)
+  def binary_crossentropy_logits(self, target: Tensor, reduction: str = "mean") -> Tensor:
+    from minigrad.nn import functional
+    return functional.binary_crossentropy_logits(self, target, reduction=reduction)
 
 
 def _shape_args(args: tuple) -> tuple[int, ...]:

@@ -554,3 +554,27 @@ def test_training_loop_end_to_end():
 
 def test_tensor_from_0d_numpy_array_is_0d():
   assert Tensor(np.array(2.0, np.float32)).shape == ()
+
+
+def test_tensor_methods_match_torch_functional():
+  rng = np.random.default_rng(7)
+  x, w, b = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+  tx, tw, tb = torch.tensor(x), torch.tensor(w), torch.tensor(b)
+  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), Tensor(b), stride=2, padding=1).numpy(),
+                             torch.nn.functional.conv2d(tx, tw, tb, stride=2, padding=1).numpy(), atol=1e-4)
+  np.testing.assert_allclose(Tensor(x).max_pool2d(2).numpy(), torch.nn.functional.max_pool2d(tx, 2).numpy())
+  np.testing.assert_allclose(Tensor(x).avg_pool2d(3, stride=2).numpy(), torch.nn.functional.avg_pool2d(tx, 3, stride=2).numpy(), atol=1e-6)
+  np.testing.assert_allclose(Tensor(x).layernorm().numpy(), torch.nn.functional.layer_norm(tx, (9,)).numpy(), atol=1e-5)
+  logits, labels = rng.standard_normal((5, 4)).astype(np.float32), np.array([0, 3, 1, 1, 2], np.int32)
+  np.testing.assert_allclose(Tensor(logits).sparse_categorical_crossentropy(Tensor(labels)).item(),
+                             torch.nn.functional.cross_entropy(torch.tensor(logits), torch.tensor(labels).long()).item(), rtol=1e-5)
+  np.testing.assert_array_equal(Tensor(labels).one_hot(4).numpy(), np.eye(4, dtype=np.int32)[labels])
+
+
+def test_assign_and_is_leaf():
+  p = Tensor([1.0, 2.0], requires_grad=True)
+  assert p.is_leaf and not (p * 2).is_leaf
+  p.assign(Tensor([5.0, 6.0]))
+  np.testing.assert_array_equal(p.numpy(), [5, 6])
+  with pytest.raises(ValueError, match="shape"):
+    p.assign(Tensor([1.0]))

@@ -32,7 +32,7 @@ class Optimizer:
       if not isinstance(p, Tensor): raise TypeError(f"optimizer params must be Tensors, item {i} is a {type(p).__name__}")
       if not p.requires_grad:
         raise ValueError(f"optimizer param {i} (shape {p.shape}) does not require grad: create it with requires_grad=True")
-      if p._ctx is not None: raise ValueError(f"can't optimize a non-leaf Tensor (param {i}, shape {p.shape})")
+      if not p.is_leaf: raise ValueError(f"can't optimize a non-leaf Tensor (param {i}, shape {p.shape})")
       unique.setdefault(id(p), p)
     self.params: list[Tensor] = list(unique.values())
     self.lr = lr

@@ -16,14 +16,8 @@ from minigrad.tensor import Tensor
 
 
 def assign(target: Tensor, value: Tensor) -> Tensor:
-  """Make `target` hold `value` (same shape, dtype and device): `target.uop` is rebound, so every later use of
-  target sees the new value while graphs built before keep the old one. target's grad and requires_grad stay."""
-  if not isinstance(value, Tensor): raise TypeError(f"assign expects a Tensor value, got {type(value).__name__}")
-  if value.shape != target.shape: raise ValueError(f"assign: value of shape {value.shape} doesn't match target of shape {target.shape}")
-  if value.dtype != target.dtype: raise ValueError(f"assign: value of dtype {value.dtype} doesn't match target of dtype {target.dtype}")
-  if value.device != target.device: raise ValueError(f"assign: value on {value.device} but target on {target.device}")
-  target.uop = value.uop
-  return target
+  """`target.assign(value)`: make target hold value from now on (see Tensor.assign)."""
+  return target.assign(value)
 
 
 # ---------------------------------------------------------------- walking objects
