@@ -8,6 +8,7 @@ and axes involved (in PyTorch's words where it has them).
 """
 from __future__ import annotations
 from typing import Any, Sequence
+import math
 import numpy as np
 from minigrad.dtype import DType, dtypes, to_dtype, to_numpy, from_numpy
 from minigrad.helpers import prod, to_tuple
@@ -199,7 +200,10 @@ class Tensor(MathMixin):
     if step == 0: raise ValueError("arange: step must be nonzero")
     is_float = any(isinstance(v, float) for v in (start, stop, step))
     dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
-    return Tensor(np.arange(start, stop, step).astype(to_numpy(dt)), device=device, dtype=dt)
+    count = max(0, math.ceil((stop - start) / step))
+    index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (UOp(Ops.DEVICE, arg=Device.canonicalize(device or Device.DEFAULT)),), count))
+    if start == 0 and step == 1: return index.cast(dt)
+    return (index.cast(dt) * step + start) if dtypes.is_float(dt) or not is_float else (index * step + start).cast(dt)
 
   @staticmethod
   def manual_seed(seed: int = 0) -> None:

@@ -14,7 +14,7 @@ from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.shapetracker import ShapeTracker
 from minigrad.helpers import prod
 
-VIEW_HOLDERS = (Ops.LOAD, Ops.STORE, Ops.CONST, Ops.VALID)
+VIEW_HOLDERS = (Ops.LOAD, Ops.STORE, Ops.CONST, Ops.VALID, Ops.ARANGE)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,10 @@ def lower(k: Kernel, threaded: bool = False) -> UOp:
         if not (valid.op is Ops.CONST and valid.arg): value = valid.where(value, value.const_like(0))
       built[node] = value
     elif node.op is Ops.VALID: built[node] = indexed(node.src[0])[1]
+    elif node.op is Ops.ARANGE:   # element i of an arange is i: the view's index expression is the value
+      index, valid = indexed(node.src[0])
+      value = index.cast(node.dtype)
+      built[node] = value if valid.op is Ops.CONST and valid.arg else valid.where(value, value.const_like(0))
     elif node.op is Ops.REDUCE_AXIS:
       op, axes = node.arg
       reduce_ranges = tuple(ranges[a] for a in sorted(k.reduce_axes))

@@ -11,7 +11,7 @@ Everything else fuses: elementwise ops and movement ops (VIEWs) fold into the co
 `(x.T + 1)` is one kernel that reads x transposed and `(a @ b).relu() + bias` is one reduce kernel.
 
 A kernel AST is SINK(STORE(DEFINE_GLOBAL 0, VIEW st_out, value)) where value is built from ALU/CAST ops,
-REDUCE_AXIS, LOAD(DEFINE_GLOBAL i, VIEW st), CONST(VIEW st) and VALID(VIEW st). Every ShapeTracker in one
+REDUCE_AXIS, LOAD(DEFINE_GLOBAL i, VIEW st), CONST(VIEW st), ARANGE(VIEW st) and VALID(VIEW st). Every ShapeTracker in one
 kernel has the same rank: loads under the reduce see the full shape, everything above sees it with the
 reduce axes set to 1.
 """
@@ -47,14 +47,14 @@ def buffer_view(buffer: UOp, shape: tuple[int, ...]) -> UOp:
   return UOp(Ops.VIEW, buffer.dtype, (buffer,), ShapeTracker.from_shape(shape))
 
 
-def _is_leaf(u: UOp) -> bool: return u.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE)
+def _is_leaf(u: UOp) -> bool: return u.op in (Ops.BUFFER, Ops.CONST, Ops.ARANGE, Ops.DEVICE)
 
 
 def _to_compute(target: UOp) -> UOp | None:
   """The node whose value must be stored for `target`, or None when nothing needs computing."""
   base = target.base
   if base.op is Ops.BUFFER: return None
-  if base is not target and base.op is not Ops.CONST and target.arg.contiguous and target.size == base.size: return base
+  if base is not target and base.op not in (Ops.CONST, Ops.ARANGE) and target.arg.contiguous and target.size == base.size: return base
   return target
 
 
@@ -150,8 +150,8 @@ class _KernelBuilder:
       if node.op is Ops.BUFFER:
         self.memo[key] = self._load(node, view)
         continue
-      if node.op is Ops.CONST:
-        self.memo[key] = UOp(Ops.CONST, node.dtype, (UOp(Ops.VIEW, arg=view),), node.arg)
+      if node.op in (Ops.CONST, Ops.ARANGE):   # leaves computed in the kernel from the view
+        self.memo[key] = UOp(node.op, node.dtype, (UOp(Ops.VIEW, arg=view),), node.arg)
         continue
       children = self._children(node, view)
       if not children_ready:
@@ -162,7 +162,7 @@ class _KernelBuilder:
       if node.op is Ops.VIEW:
         inner = built[0]
         has_mask = any(v.mask is not None for v in node.arg.views)
-        if has_mask and inner.op not in (Ops.LOAD, Ops.CONST):
+        if has_mask and inner.op not in (Ops.LOAD, Ops.CONST, Ops.ARANGE):
           valid = UOp(Ops.VALID, dtypes.bool, (UOp(Ops.VIEW, arg=children[0][1]),))
           inner = valid.where(inner, inner.const_like(0))
         self.memo[key] = inner

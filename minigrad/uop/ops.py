@@ -32,6 +32,7 @@ class Ops(Enum):
   DEFINE_LOCAL = auto(); BARRIER = auto()
   # values
   CONST = auto(); CAST = auto(); BITCAST = auto()
+  ARANGE = auto()   # a leaf whose element i is i: arange, RNG counters and index tricks, computed in the kernel
   # unary ALU
   NEG = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIP = auto(); TRUNC = auto()
   # binary ALU
@@ -160,9 +161,9 @@ class UOp(metaclass=_UOpCache):
     """The shape of a tensor-graph or kernel-AST node (lowered loop code has no shapes)."""
     if self.op is Ops.BUFFER: return (self.arg[1],)
     if self.op is Ops.VIEW: return self.arg.shape
-    if self.op in (Ops.CONST, Ops.VALID, Ops.LOAD, Ops.STORE):
+    if self.op in (Ops.CONST, Ops.VALID, Ops.LOAD, Ops.STORE, Ops.ARANGE):
       views = [s for s in self.src if s.op is Ops.VIEW]
-      return views[0].arg.shape if views else ()
+      return views[0].arg.shape if views else (self.arg,) if self.op is Ops.ARANGE else ()
     if self.op is Ops.REDUCE_AXIS:
       axes = self.arg[1]
       return tuple(1 if i in axes else d for i, d in enumerate(self.src[0].shape))
@@ -175,7 +176,7 @@ class UOp(metaclass=_UOpCache):
   @cached_property
   def device(self) -> str:
     if self.op is Ops.DEVICE: return self.arg
-    if self.op in (Ops.BUFFER, Ops.CONST): return self.src[0].arg
+    if self.op in (Ops.BUFFER, Ops.CONST, Ops.ARANGE): return self.src[0].arg
     if self.op is Ops.COPY: return self.src[1].arg
     return self.src[0].device
 
