@@ -18,6 +18,7 @@ from minigrad.tensor_math import MathMixin, normalize_axis
 from minigrad.tensor_reduce import ReduceMixin
 from minigrad.tensor_index import IndexMixin
 from minigrad.tensor_create import CreationMixin
+from minigrad.tensor_nn import NNMixin
 from minigrad.function import const_uop
 from minigrad.schedule.scheduler import create_schedule, mark_realized, buffer_view
 from minigrad.engine.realize import run_schedule, buffer_of
@@ -38,7 +39,7 @@ def _flatten_nested(data: Any) -> Any:
   raise TypeError(f"can't build a tensor from {arr.dtype} data")
 
 
-class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin):
+class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
   """A lazily evaluated n-dimensional array. `Tensor([1, 2, 3])`, `Tensor(np_array)`, `Tensor.ones(2, 3)`."""
   training: bool = False          # layers like Dropout/BatchNorm behave differently when training
   grad_enabled: bool = True       # False inside `with Tensor.no_grad():`
