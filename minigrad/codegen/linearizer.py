@@ -47,6 +47,8 @@ class _Emitter:
     self.emitted: dict[UOp, UOp] = {}     # graph node -> the node in `out` that stands for it
     self.scopes: list[list[UOp]] = []      # nodes emitted inside each open reduce loop
     self.acc_count = 0
+    self.reduces = [u for u in sink.toposort if u.op is Ops.REDUCE]
+    self.ancestors: dict[UOp, set[UOp]] = {}
 
   def place(self, node: UOp, emitted_node: UOp) -> None:
     self.emitted[node] = emitted_node
@@ -65,25 +67,48 @@ class _Emitter:
       self.place(node, rebuilt)
 
   def emit_reduce(self, reduce: UOp) -> None:
-    value, loops = reduce.src[0], reduce.src[1:]
-    # what the body needs from outside these loops comes first, so it stays in scope afterwards
-    for node in _body_order(value):
-      if node not in self.emitted and not (self.inside[node] & set(loops)) and node.op is not Ops.RANGE: self.emit(node)
-    acc = UOp(Ops.DEFINE_ACC, reduce.dtype, (UOp.const(reduce.dtype, reduce_identity(reduce.arg, reduce.dtype)),), self.acc_count)
-    self.acc_count += 1
-    self.emit(acc.src[0])
-    self.out.append(acc)
+    """Emit `reduce` together with every other pending REDUCE over the same loops that is independent of it:
+    one loop nest, one accumulator each (an upcast matmul keeps all its accumulators in one k loop)."""
+    loops = reduce.src[1:]
+    group = [reduce] + [r for r in self.reduces if r is not reduce and r.src[1:] == loops and r not in self.emitted
+                        and not self.depends(r, reduce) and not self.depends(reduce, r)]
+    # what the bodies need from outside these loops comes first, so it stays in scope afterwards
+    for member in group:
+      for node in _body_order(member.src[0]):
+        if node not in self.emitted and not (self.inside[node] & set(loops)) and node.op is not Ops.RANGE: self.emit(node)
+    accs = []
+    for member in group:
+      value_dtype = member.src[0].dtype
+      identity = UOp.const(value_dtype, reduce_identity(member.arg, value_dtype.scalar()))
+      self.emit(identity)
+      accs.append(UOp(Ops.DEFINE_ACC, value_dtype, (self.emitted[identity],), self.acc_count))
+      self.acc_count += 1
+      self.out.append(accs[-1])
     for rng in loops:
       self.emit_range(rng)
       self.scopes.append([])
-    self.emit(value)
-    update = UOp(Ops.ASSIGN, reduce.dtype, (acc, acc.alu(reduce.arg, self.emitted[value])))
-    self.out.extend([update.src[1], update])
+    for member in group: self.emit(member.src[0])
+    for member, acc in zip(group, accs):
+      update = UOp(Ops.ASSIGN, acc.dtype, (acc, acc.alu(member.arg, self.emitted[member.src[0]])))
+      self.out.extend([update.src[1], update])
     for rng in reversed(loops):
       self.out.append(UOp(Ops.ENDRANGE, dtypes.void, (self.emitted[rng],)))
       for node in self.scopes.pop(): del self.emitted[node]   # out of scope once the loop closes
       del self.emitted[rng]
-    self.place(reduce, acc)
+    for member, acc in zip(group, accs):
+      result = acc
+      if acc.dtype.count > member.dtype.count:   # a vector accumulator over reduce lanes: add up its lanes
+        lanes = [UOp(Ops.GEP, member.dtype, (acc,), lane) for lane in range(acc.dtype.count)]
+        self.out.extend(lanes)
+        result = lanes[0]
+        for lane in lanes[1:]:
+          result = result.alu(member.arg, lane)
+          self.out.append(result)
+      self.place(member, result)
+
+  def depends(self, node: UOp, other: UOp) -> bool:
+    if node not in self.ancestors: self.ancestors[node] = set(node.toposort)
+    return other in self.ancestors[node]
 
   def emit_range(self, rng: UOp) -> None:
     for bound in rng.src:

@@ -14,7 +14,7 @@ import weakref
 from minigrad.helpers import DEBUG, GlobalCounters, colored, prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, pretty
 from minigrad.schedule.scheduler import ScheduleItem
-from minigrad.codegen.kernel import Kernel
+from minigrad.codegen.kernel import Kernel, Opt
 from minigrad.codegen.lowerer import lower
 from minigrad.codegen.linearizer import linearize
 from minigrad.runtime.device import Buffer, Device
@@ -75,30 +75,35 @@ def count_flops(uops: list[UOp]) -> int:
   return total
 
 
-compiled_kernels: dict[tuple[UOp, str], CompiledKernel] = {}
+compiled_kernels: dict[tuple[UOp, str, tuple[Opt, ...] | None], CompiledKernel] = {}
 
 
-def get_kernel(ast: UOp, device: str) -> CompiledKernel:
-  key = (ast, device)
+def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> CompiledKernel:
+  """The compiled program for a kernel AST: with `opts` exactly those actions, else the device's default choice."""
+  key = (ast, device, None if opts is None else tuple(opts))
   if (found := compiled_kernels.get(key)) is not None: return found
-  dev = Device[device]
   kernel = Kernel(ast)
+  for opt in opts or []: kernel.apply_opt(opt)
+  compiled_kernels[key] = compiled = compile_kernel(kernel, device)
+  return compiled
+
+
+def compile_kernel(kernel: Kernel, device: str) -> CompiledKernel:
+  """Kernel (with its opts applied) -> lower -> linearize -> render -> compile -> a launchable program."""
+  dev = Device[device]
   if DEBUG >= 3:
-    print(pretty(ast))
-    print(f"{kernel.name}: full shape {kernel.full_shape}, applied opts {kernel.applied_opts}")
-  lowered = lower(kernel, threaded=getattr(dev.renderer, "threaded_outer_loop", False))
+    print(pretty(kernel.ast))
+    print(f"{kernel.name}: full shape {kernel.full_shape} ({', '.join(kernel.axis_kinds)}), applied opts {kernel.applied_opts}")
+  lowered = lower(kernel, threaded=getattr(dev.renderer, "threaded_outer_loop", False), vector_lanes=getattr(dev.renderer, "vector_lanes", False))
   uops = linearize(lowered)
   if DEBUG >= 5:
     for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype.name:8s} {u.arg if u.op is not Ops.CONST else u.arg!r}")
   source = dev.renderer.render(kernel.name, uops)
   if DEBUG >= 4: print(source)
-  lib = dev.compiler.compile_cached(source)
-  program = dev.program(kernel.name, lib)
+  program = dev.program(kernel.name, dev.compiler.compile_cached(source))
   threaded = any(u.op is Ops.DEFINE_VAR and u.arg[0] == "core_start" for u in uops)
-  compiled = compiled_kernels[key] = CompiledKernel(kernel.name, device, source, uops, kernel, program, count_flops(uops),
-                                                    kernel.full_shape[0] if threaded else None,
-                                                    sorted(u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL))
-  return compiled
+  return CompiledKernel(kernel.name, device, source, uops, kernel, program, count_flops(uops),
+                        kernel.full_shape[0] if threaded else None, sorted(u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL))
 
 
 def run_schedule(items: list[ScheduleItem]) -> None:
