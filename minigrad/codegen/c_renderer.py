@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 import math
 import numpy as np
-from minigrad.dtype import DType, dtypes, PtrDType
+from minigrad.dtype import DType, dtypes, PtrDType, bfloat16_bits
 from minigrad.uop.ops import UOp, Ops, GroupOp
 
 
@@ -22,6 +22,7 @@ class CRenderer:
     dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
     dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
     dtypes.uint64: "unsigned long long", dtypes.float32: "float", dtypes.float64: "double", dtypes.float16: "_Float16",
+    dtypes.bfloat16: "unsigned short",   # stored as 16-bit words; codegen.dtype_rules does bf16 math in float32
   }
   # op -> text from the rendered operands (and dtype of the result)
   code_for_op: dict[Ops, Callable[..., str]] = {
@@ -44,16 +45,20 @@ class CRenderer:
   includes = ["#include <math.h>"]
   # CPU kernels take `core_start, core_end` for their outermost loop, so the runtime can split it over threads
   threaded_outer_loop = True
+  # the innermost upcast dim becomes SIMD lanes (GCC/clang vector extensions)
+  vector_lanes = True
   repeats_operands = {Ops.MAX}
   max_inline_nesting = 12
 
   def type_name(self, dt: DType) -> str:
     if isinstance(dt, PtrDType): return self.type_name(dt.base) + "*"
+    if dt.count > 1: return f"{self.type_name(dt.scalar())}_v{dt.count}"   # typedef'd by vector_typedefs
     if dt not in self.type_names: raise NotImplementedError(f"{type(self).__name__} can't render dtype {dt}")
     return self.type_names[dt]
 
   def render_const(self, value: float | int | bool, dt: DType) -> str:
     if dtypes.is_bool(dt): return "1" if value else "0"
+    if dt == dtypes.bfloat16: return f"(({self.type_name(dt)}){bfloat16_bits(value):#06x})"   # the 16-bit word
     if dtypes.is_float(dt):
       if math.isnan(value): return "NAN"
       if math.isinf(value): return ("-" if value < 0 else "") + "INFINITY"
@@ -61,6 +66,7 @@ class CRenderer:
       text = str(np.float32(value))
       if "e" not in text and "." not in text and "n" not in text: text += ".0"
       return f"{text}f" if dt == dtypes.float32 else f"(({self.type_name(dt)}){text}f)"
+    if dt == dtypes.int64 and value == dtypes.min(dtypes.int64): return "(-9223372036854775807ll-1)"
     if dt in (dtypes.int64,): return f"{int(value)}ll"
     if dt in (dtypes.uint64,): return f"{int(value)}ull"
     if dt in (dtypes.uint32,): return f"{int(value)}u"
@@ -68,6 +74,12 @@ class CRenderer:
     return str(int(value))
 
   def render_cast(self, x: str, dt: DType) -> str: return f"(({self.type_name(dt)})({x}))"
+
+  def render_bitcast(self, x: str, from_dt: DType, to_dt: DType) -> str:
+    """Reinterpret the bits of `x` (same size) through a union, which C defines for this."""
+    source, target = self.type_name(from_dt), self.type_name(to_dt)
+    if source == target: return x
+    return f"((union {{ {source} from; {target} to; }}){{.from = {x}}}.to)"
 
   def kernel_header(self, name: str, globals_: list[UOp], written: set[int], variables: list[UOp]) -> str:
     params = []
@@ -101,7 +113,7 @@ class CRenderer:
       src = [names.get(s, "") for s in u.src]
       if u.op is Ops.DEFINE_GLOBAL: names[u] = f"{self.buffer_prefix}data{u.arg}"
       elif u.op is Ops.DEFINE_VAR: names[u] = u.arg[0]
-      elif u.op is Ops.CONST: names[u] = self.render_const(u.arg, u.dtype)
+      elif u.op is Ops.CONST: names[u] = self.render_vector_const(u.arg, u.dtype)
       elif u.op is Ops.RANGE:
         var = fresh("ridx" if u.arg[1] == "reduce" else "gidx")
         names[u] = var
@@ -113,13 +125,18 @@ class CRenderer:
       elif u.op is Ops.INDEX: names[u] = f"{src[0]}[{_strip(src[1])}]"
       elif u.op is Ops.LOAD:
         index = u.src[0]
-        expr = f"({names[index.src[2]]}?{names[index]}:{self.render_const(0, u.dtype)})" if len(index.src) > 2 else names[index]
+        memory = self.vector_access(names[index], u.dtype) if u.dtype.count > 1 else names[index]
+        expr = f"({names[index.src[2]]}?{memory}:{self.render_vector_const(0, u.dtype)})" if len(index.src) > 2 else memory
         names[u] = fresh("val")
         line(f"{self.type_name(u.dtype)} {names[u]} = {expr};")
       elif u.op is Ops.STORE:
-        index = u.src[0]
-        store = f"{names[index]} = {_strip(src[1])};"
+        index, value = u.src
+        memory = self.vector_access(names[index], value.dtype) if value.dtype.count > 1 else names[index]
+        store = f"{memory} = {_strip(src[1])};"
         line(f"if ({names[index.src[2]]}) {store}" if len(index.src) > 2 else store)
+      elif u.op is Ops.VECTORIZE: names[u] = f"(({self.type_name(u.dtype)}){{{', '.join(_strip(x) for x in src)}}})"
+      elif u.op is Ops.GEP: names[u] = f"{src[0]}[{u.arg}]"
+
       elif u.op is Ops.DEFINE_ACC:
         names[u] = fresh("acc")
         line(f"{self.type_name(u.dtype)} {names[u]} = {src[0]};")
@@ -127,7 +144,9 @@ class CRenderer:
         line(f"{src[0]} = {_strip(src[1])};")
         names[u] = src[0]
       else:
-        if u.op is Ops.CAST: expr = self.render_cast(src[0], u.dtype)
+        if u.op is Ops.CAST and u.dtype.count > 1: expr = f"__builtin_convertvector({src[0]}, {self.type_name(u.dtype)})"
+        elif u.op is Ops.CAST: expr = self.render_cast(src[0], u.dtype)
+        elif u.op is Ops.BITCAST: expr = self.render_bitcast(src[0], u.src[0].dtype, u.dtype)
         elif u.op in GroupOp.ALU:
           expr = self.code_for_op[u.op](*src, u.src[0].dtype if u.op in GroupOp.Comparison else u.dtype)
           # C computes char/short arithmetic in int: wrap the result back to its width at once
@@ -141,7 +160,26 @@ class CRenderer:
           names[u] = fresh("alu")
           line(f"{self.type_name(u.dtype)} {names[u]} = {_strip(expr)};")
     header = self.kernel_header(name, globals_, written, [u for u in uops if u.op is Ops.DEFINE_VAR])
-    return "\n".join(self.includes + [header + " {"] + lines + ["}"]) + "\n"
+    return "\n".join(self.includes + self.vector_typedefs(uops) + [header + " {"] + lines + ["}"]) + "\n"
+
+  # ---- SIMD vectors (GCC/clang vector extensions) ----
+  def vector_typedefs(self, uops: list[UOp]) -> list[str]:
+    """A vector type and an unaligned twin (for loads/stores at any element offset) per vector dtype used."""
+    vector_dtypes = sorted({u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}, key=lambda d: (d.name, d.count))
+    lines = []
+    for dt in vector_dtypes:
+      scalar, name = self.type_name(dt.scalar()), self.type_name(dt)
+      lines.append(f"typedef {scalar} {name} __attribute__((vector_size({dt.itemsize})));")
+      lines.append(f"typedef {scalar} {name}_unaligned __attribute__((vector_size({dt.itemsize}), aligned({dt.scalar().itemsize})));")
+    return lines
+
+  def vector_access(self, element: str, dt: DType) -> str:
+    """The dt-wide vector in memory starting at `element` (e.g. data1[i])."""
+    return f"(*(({self.type_name(dt)}_unaligned*)&{element}))"
+
+  def render_vector_const(self, value: float | int | bool, dt: DType) -> str:
+    if dt.count == 1: return self.render_const(value, dt)
+    return f"(({self.type_name(dt)}){{{', '.join([self.render_const(value, dt.scalar())] * dt.count)}}})"
 
 
 SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)

@@ -13,6 +13,8 @@ from minigrad.uop.ops import UOp, Ops, GroupOp
 from minigrad.uop.rewrite import graph_rewrite
 from minigrad.uop.symbolic import symbolic
 from minigrad.codegen.kernel import Kernel
+from minigrad.codegen.vectorize import vectorize
+from minigrad.codegen.dtype_rules import lower_dtypes
 
 
 def loop_ranges(k: Kernel, threaded: bool = False) -> list[UOp]:
@@ -32,13 +34,23 @@ def loop_ranges(k: Kernel, threaded: bool = False) -> list[UOp]:
 VECTOR_WIDTHS = (2, 4, 8, 16)
 
 
+def pick_lane_axis(k: Kernel) -> int | None:
+  """The upcast dim to turn into SIMD lanes: of a vector width, and contiguous (stride 1) in the most buffers,
+  the output counting double; ties go to the innermost."""
+  def score(axis: int) -> int:
+    strides = [st.real_strides()[axis] for st in k.sts]
+    return sum(2 if st is k.output_st else 1 for st, stride in zip(k.sts, strides) if stride == 1)
+  candidates = [a for a in range(k.first_upcast, k.shape_len) if k.full_shape[a] in VECTOR_WIDTHS]
+  return max(reversed(candidates), key=score) if candidates else None
+
+
 def lower(k: Kernel, threaded: bool = False, vector_lanes: bool = True) -> UOp:
   """Lower the kernel: loops for global/reduce dims; upcast/unroll dims are unrolled (one copy of the body per
   combination of their indices), except the innermost one, which becomes a "vector" range that the
   vectorizer turns into SIMD lanes."""
   loops = loop_ranges(k, threaded)
   upcast_axes = list(range(k.first_upcast, k.shape_len))
-  lane_axis = upcast_axes[-1] if vector_lanes and upcast_axes and k.full_shape[upcast_axes[-1]] in VECTOR_WIDTHS else None
+  lane_axis = pick_lane_axis(k) if vector_lanes else None
   unrolled = [a for a in upcast_axes if a != lane_axis]
   lane = None if lane_axis is None else UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 0), UOp.const(dtypes.index, k.full_shape[lane_axis])),
                                             (lane_axis, "vector"))
@@ -69,7 +81,7 @@ def lower(k: Kernel, threaded: bool = False, vector_lanes: bool = True) -> UOp:
     for combo in combos:
       built[(node, combo)] = _lower_node(node, combo, built, indexed, unroll_variants, reduce_loops)
   stores = dict.fromkeys(built[(k.ast.src[0], combo)] for combo in combos)
-  return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
+  return vectorize(lower_dtypes(graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)))
 
 
 def _lower_node(node: UOp, combo: tuple[int, ...], built: dict, indexed: Callable, unroll_variants: Callable, reduce_loops: tuple[UOp, ...]) -> UOp:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import atexit
 import weakref
-from minigrad.helpers import DEBUG, GlobalCounters, colored, prod
+from minigrad.helpers import DEBUG, NOOPT, GlobalCounters, colored, prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, pretty
 from minigrad.schedule.scheduler import ScheduleItem
 from minigrad.codegen.kernel import Kernel, Opt
+from minigrad.codegen.heuristics import hand_coded_optimizations
 from minigrad.codegen.lowerer import lower
 from minigrad.codegen.linearizer import linearize
 from minigrad.runtime.device import Buffer, Device
@@ -45,11 +46,12 @@ class CompiledKernel:
   def check_bounds(self, buffers: list[Buffer]) -> None:
     """Refuse to launch when an ungated index can leave its buffer (a bug upstream, never a segfault)."""
     for u in self.uops:
-      if u.op is Ops.INDEX and len(u.src) == 2:
-        size = buffers[u.src[0].arg].size
-        if u.src[1].vmin < 0 or u.src[1].vmax >= size:
-          raise RuntimeError(f"internal error: kernel {self.name} indexes data{u.src[0].arg} in [{u.src[1].vmin}, {u.src[1].vmax}] "
-                             f"but the buffer has {size} elements")
+      if u.op not in (Ops.LOAD, Ops.STORE) or len(u.src[0].src) != 2: continue
+      buf, index = u.src[0].src
+      width = (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).count   # a vector access spans `width` elements
+      lo, hi, size = index.vmin, index.vmax + width - 1, buffers[buf.arg].size
+      if lo < 0 or hi >= size:
+        raise RuntimeError(f"internal error: kernel {self.name} indexes data{buf.arg} in [{lo}, {hi}] but the buffer has {size} elements")
 
   def __call__(self, buffers: list[Buffer], wait: bool = False) -> float | None:
     if (sizes := tuple(b.size for b in buffers)) not in self.checked_sizes:
@@ -83,7 +85,9 @@ def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> Compiled
   key = (ast, device, None if opts is None else tuple(opts))
   if (found := compiled_kernels.get(key)) is not None: return found
   kernel = Kernel(ast)
-  for opt in opts or []: kernel.apply_opt(opt)
+  if opts is not None:
+    for opt in opts: kernel.apply_opt(opt)
+  elif not NOOPT: hand_coded_optimizations(kernel)
   compiled_kernels[key] = compiled = compile_kernel(kernel, device)
   return compiled
 

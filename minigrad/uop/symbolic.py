@@ -142,7 +142,18 @@ def _divide_sum(numerator: UOp, divisor: UOp, want_mod: bool) -> UOp | None:
   return quotient + remainder // c if rest else quotient
 
 
+def _collect_terms(node: UOp) -> UOp | None:
+  """Flatten a sum of integer terms and merge those with the same base: (r*4+13) + (r*-4+-12) -> 1."""
+  terms = [_coefficient(t) for t in split_terms(node)]
+  if len(terms) < 3: return None
+  merged: dict[UOp | None, int] = {}
+  for base, coef in terms: merged[base] = merged.get(base, 0) + coef
+  if len(merged) == len(terms): return None   # nothing combines: keep the expression as written
+  return _rebuild([(b, c) for b, c in merged.items() if c != 0 or b is None], node)
+
+
 div_mod_rules = PatternMatcher([
+  (UPat(Ops.ADD, INT_TYPES, name="node"), _collect_terms),
   (xi // c1, lambda x, c1: _divide_sum(x, c1, False)),
   (xi % c1, lambda x, c1: _divide_sum(x, c1, True)),
   # comparisons of a scaled value: x*c < d -> x < ceil(d/c) for c > 0

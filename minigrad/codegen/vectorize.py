@@ -1,0 +1,140 @@
+"""Vectorization: turn the kernel's "vector" range (the innermost upcast dim) into SIMD lanes.
+
+Input: lowered loop code (a SINK) with at most one RANGE whose kind is "vector", of width W. Output: the same
+code without that range, where every value that depended on it is either
+  - a vector op (dtype float32.vec(W) ...): contiguous LOADs/STOREs, + * / negation, casts, ADD/MUL reduces, or
+  - W scalar copies, one per lane (the lane index substituted as a constant), gathered with VECTORIZE when a
+    vector is needed and read back with GEP when a scalar is.
+Which one is decided per node, so a matmul's inner loop becomes one vector load and W-wide multiply-adds
+into vector accumulators, while index math and ops C can't spell on vectors stay per lane.
+"""
+from __future__ import annotations
+from minigrad.dtype import DType, dtypes
+from minigrad.uop.ops import UOp, Ops
+from minigrad.uop.rewrite import graph_rewrite, PatternMatcher, UPat
+from minigrad.uop.symbolic import symbolic
+
+VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.FDIV, Ops.NEG}        # what C vector extensions spell directly
+VECTOR_REDUCES = {Ops.ADD, Ops.MUL}
+MAX_VECTOR_BYTES = 64                                      # an AVX-512 register
+
+
+def vector_ok(dtype: DType, width: int) -> bool:
+  return dtype in (dtypes.float32, dtypes.float64) and dtype.itemsize * width <= MAX_VECTOR_BYTES
+
+
+def vectorize(sink: UOp) -> UOp:
+  lanes_range = next((u for u in sink.toposort if u.op is Ops.RANGE and u.arg[1] == "vector"), None)
+  if lanes_range is None: return sink
+  return _Vectorizer(sink, lanes_range).run()
+
+
+class _Vectorizer:
+  def __init__(self, sink: UOp, lane: UOp):
+    self.sink, self.lane, self.width = sink, lane, lane.src[1].arg
+    self.dependent: set[UOp] = set()
+    for node in sink.toposort:
+      if node.op is Ops.REDUCE and lane in node.src[1:]: continue   # a reduce over the lanes doesn't vary by lane
+      if node is lane or any(s in self.dependent for s in node.src): self.dependent.add(node)
+    self.scalar: dict[UOp, UOp] = {}               # lane-independent node -> rebuilt node
+    self.vector: dict[UOp, UOp] = {}               # lane-dependent node -> its W-wide vector
+    self.lanes: dict[UOp, list[UOp]] = {}          # lane-dependent node -> one scalar per lane
+
+  # ---- the two views of a lane-dependent value ----
+  def lane_values(self, node: UOp) -> list[UOp]:
+    if node not in self.dependent: return [self.scalar[node]] * self.width
+    if node not in self.lanes:
+      vec = self.vector[node]
+      self.lanes[node] = [UOp(Ops.GEP, node.dtype, (vec,), lane) for lane in range(self.width)]
+    return self.lanes[node]
+
+  def vector_of(self, node: UOp) -> UOp:
+    if node not in self.dependent:
+      value = self.scalar[node]
+      return UOp(Ops.VECTORIZE, value.dtype.vec(self.width), (value,) * self.width)
+    if node not in self.vector:
+      lanes = self.lanes[node]
+      self.vector[node] = UOp(Ops.VECTORIZE, node.dtype.vec(self.width), tuple(lanes))
+    return self.vector[node]
+
+  # ---- analysis of per-lane index expressions ----
+  def contiguous(self, index: UOp) -> bool:
+    """Is lane l's index exactly lane 0's index + l?"""
+    lanes = self.lane_values(index)
+    return all(graph_rewrite(lanes[l] + lanes[0] * -1, symbolic) is UOp.const(index.dtype, l) for l in range(1, self.width))
+
+  def uniform(self, node: UOp) -> bool:
+    lanes = [graph_rewrite(x, symbolic) for x in self.lane_values(node)]
+    return all(x is lanes[0] for x in lanes)
+
+  # ---- per node ----
+  def visit(self, node: UOp) -> None:
+    if node not in self.dependent:
+      if node.op is Ops.REDUCE and self.lane in node.src[1:]: self.scalar[node] = self.reduce_over_lanes(node)
+      else: self.scalar[node] = node.replace(src=tuple(self.scalar[s] for s in node.src)) if node.src else node
+      return
+    if node is self.lane:
+      self.lanes[node] = [UOp.const(node.dtype, lane) for lane in range(self.width)]
+      return
+    if node.op is Ops.LOAD: return self.visit_load(node)
+    if node.op is Ops.INDEX: return   # handled by its LOAD/STORE
+    if node.op is Ops.STORE: return
+    if node.op is Ops.REDUCE and vector_ok(node.src[0].dtype, self.width) and node.arg in VECTOR_REDUCES and node.src[0] in self.vector:
+      self.vector[node] = UOp(Ops.REDUCE, node.dtype.vec(self.width), (self.vector[node.src[0]],) + tuple(self.scalar[s] for s in node.src[1:]), node.arg)
+      return
+    if node.op is Ops.REDUCE:
+      self.lanes[node] = [UOp(Ops.REDUCE, node.dtype, (value,) + tuple(self.scalar[s] for s in node.src[1:]), node.arg)
+                          for value in self.lane_values(node.src[0])]
+      return
+    if vector_ok(node.dtype, self.width) and (node.op in VECTOR_OPS or node.op is Ops.CAST and vector_ok(node.src[0].dtype, self.width)) \
+       and any(s in self.vector for s in node.src):
+      self.vector[node] = UOp(node.op, node.dtype.vec(self.width), tuple(self.vector_of(s) for s in node.src), node.arg)
+      return
+    per_lane = [self.lane_values(s) for s in node.src]
+    self.lanes[node] = [node.replace(src=tuple(values[lane] for values in per_lane)) for lane in range(self.width)]
+
+  def visit_load(self, load: UOp) -> None:
+    index = load.src[0]
+    buf, idx, gate = index.src[0], index.src[1], index.src[2:]
+    if vector_ok(load.dtype, self.width) and self.contiguous(idx) and all(self.uniform(g) for g in gate):
+      first = (buf, self.lane_values(idx)[0]) + tuple(self.lane_values(g)[0] for g in gate)
+      self.vector[load] = UOp(Ops.LOAD, load.dtype.vec(self.width), (UOp(Ops.INDEX, index.dtype, first),))
+      return
+    self.lanes[load] = [UOp(Ops.LOAD, load.dtype, (UOp(Ops.INDEX, index.dtype, (buf, self.lane_values(idx)[lane]) +
+                                                      tuple(self.lane_values(g)[lane] for g in gate)),)) for lane in range(self.width)]
+
+  def stores(self, store: UOp) -> list[UOp]:
+    if store not in self.dependent: return [self.scalar[store]]
+    index, value = store.src
+    buf, idx, gate = index.src[0], index.src[1], index.src[2:]
+    if store.src[1] in self.vector and vector_ok(value.dtype, self.width) and self.contiguous(idx) and all(self.uniform(g) for g in gate):
+      first = (buf, self.lane_values(idx)[0]) + tuple(self.lane_values(g)[0] for g in gate)
+      return [UOp(Ops.STORE, store.dtype, (UOp(Ops.INDEX, index.dtype, first), self.vector_of(value)))]
+    return [UOp(Ops.STORE, store.dtype, (UOp(Ops.INDEX, index.dtype, (buf, self.lane_values(idx)[lane]) + tuple(self.lane_values(g)[lane] for g in gate)),
+                                         self.lane_values(value)[lane])) for lane in range(self.width)]
+
+  def reduce_over_lanes(self, reduce: UOp) -> UOp:
+    """A REDUCE whose loops include the lanes: accumulate a vector (or W lanes combined) over the other loops."""
+    value, loops = reduce.src[0], tuple(self.scalar[s] for s in reduce.src[1:] if s is not self.lane)
+    if reduce.arg in VECTOR_REDUCES and value in self.vector and vector_ok(value.dtype, self.width):
+      return UOp(Ops.REDUCE, reduce.dtype, (self.vector[value],) + loops, reduce.arg)
+    lanes = self.lane_values(value)
+    combined = lanes[0]
+    for lane in lanes[1:]: combined = combined.alu(reduce.arg, lane)
+    return UOp(Ops.REDUCE, reduce.dtype, (combined,) + loops, reduce.arg) if loops else combined
+
+  def run(self) -> UOp:
+    for node in self.sink.toposort:
+      if node is not self.sink: self.visit(node)
+    stores = [s for store in self.sink.src for s in self.stores(store)]
+    out = graph_rewrite(UOp(Ops.SINK, self.sink.dtype, tuple(dict.fromkeys(stores))), symbolic + lane_folding)
+    if any(u is self.lane for u in out.toposort): raise RuntimeError("internal error: the vector range survived vectorization")
+    return out
+
+
+# GEP of a VECTORIZE is the element; VECTORIZE of a vector's GEPs in order is the vector
+lane_folding = PatternMatcher([
+  (UPat(Ops.GEP, src=(UPat(Ops.VECTORIZE, name="vec"),), name="gep"), lambda gep, vec: vec.src[gep.arg]),
+  (UPat(Ops.VECTORIZE, name="vec"), lambda vec: vec.src[0].src[0] if all(s.op is Ops.GEP and s.src[0] is vec.src[0].src[0] and s.arg == i
+                                                                          for i, s in enumerate(vec.src)) and vec.src[0].src[0].dtype == vec.dtype else None),
+])
