@@ -52,6 +52,7 @@ class CRenderer:
 
   def type_name(self, dt: DType) -> str:
     if isinstance(dt, PtrDType): return self.type_name(dt.base) + "*"
+    if dt.count > 1 and dt.scalar() == dtypes.bool: return f"mask_v{dt.count}"   # int32 lanes of -1 (true) / 0
     if dt.count > 1: return f"{self.type_name(dt.scalar())}_v{dt.count}"   # typedef'd by vector_typedefs
     if dt not in self.type_names: raise NotImplementedError(f"{type(self).__name__} can't render dtype {dt}")
     return self.type_names[dt]
@@ -94,7 +95,7 @@ class CRenderer:
     for u in uops:
       for s in u.src: uses[s] = uses.get(s, 0) + 1
     # operands an op's text repeats (max is `a<b?b:a`) get a variable, or nested maxes grow exponentially
-    repeated = {s for u in uops if u.op in self.repeats_operands for s in u.src}
+    repeated = {s for u in uops if u.op in self.repeats_operands or (u.op is Ops.WHERE and u.dtype.count > 1) for s in u.src}
     nesting: dict[UOp, int] = {}   # depth of an inlined expression; deep ones get a variable
     names: dict[UOp, str] = {}
     counters: dict[str, int] = {}
@@ -134,8 +135,10 @@ class CRenderer:
         memory = self.vector_access(names[index], value.dtype) if value.dtype.count > 1 else names[index]
         store = f"{memory} = {_strip(src[1])};"
         line(f"if ({names[index.src[2]]}) {store}" if len(index.src) > 2 else store)
-      elif u.op is Ops.VECTORIZE: names[u] = f"(({self.type_name(u.dtype)}){{{', '.join(_strip(x) for x in src)}}})"
-      elif u.op is Ops.GEP: names[u] = f"{src[0]}[{u.arg}]"
+      elif u.op is Ops.VECTORIZE:   # bools go into masks as -1/0
+        lanes = [f"-({x})" if u.dtype.scalar() == dtypes.bool else _strip(x) for x in src]
+        names[u] = f"(({self.type_name(u.dtype)}){{{', '.join(lanes)}}})"
+      elif u.op is Ops.GEP: names[u] = f"({src[0]}[{u.arg}]!=0)" if u.dtype == dtypes.bool else f"{src[0]}[{u.arg}]"
 
       elif u.op is Ops.DEFINE_ACC:
         names[u] = fresh("acc")
@@ -147,6 +150,7 @@ class CRenderer:
         if u.op is Ops.CAST and u.dtype.count > 1: expr = f"__builtin_convertvector({src[0]}, {self.type_name(u.dtype)})"
         elif u.op is Ops.CAST: expr = self.render_cast(src[0], u.dtype)
         elif u.op is Ops.BITCAST: expr = self.render_bitcast(src[0], u.src[0].dtype, u.dtype)
+        elif u.op in (Ops.MAX, Ops.WHERE) and u.dtype.count > 1: expr = self.render_vector_select(u, src)
         elif u.op in GroupOp.ALU:
           expr = self.code_for_op[u.op](*src, u.src[0].dtype if u.op in GroupOp.Comparison else u.dtype)
           # C computes char/short arithmetic in int: wrap the result back to its width at once
@@ -165,9 +169,14 @@ class CRenderer:
   # ---- SIMD vectors (GCC/clang vector extensions) ----
   def vector_typedefs(self, uops: list[UOp]) -> list[str]:
     """A vector type and an unaligned twin (for loads/stores at any element offset) per vector dtype used."""
-    vector_dtypes = sorted({u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}, key=lambda d: (d.name, d.count))
+    used = {u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
+    used |= {dtypes.bool.vec(d.count) for d in used if d.scalar() == dtypes.float32}   # masks for vector max/where
+    vector_dtypes = sorted(used, key=lambda d: (d.name, d.count))
     lines = []
     for dt in vector_dtypes:
+      if dt.scalar() == dtypes.bool:   # comparison masks of float32 vectors
+        lines.append(f"typedef int {self.type_name(dt)} __attribute__((vector_size({4 * dt.count})));")
+        continue
       scalar, name = self.type_name(dt.scalar()), self.type_name(dt)
       lines.append(f"typedef {scalar} {name} __attribute__((vector_size({dt.itemsize})));")
       lines.append(f"typedef {scalar} {name}_unaligned __attribute__((vector_size({dt.itemsize}), aligned({dt.scalar().itemsize})));")
@@ -177,9 +186,16 @@ class CRenderer:
     """The dt-wide vector in memory starting at `element` (e.g. data1[i])."""
     return f"(*(({self.type_name(dt)}_unaligned*)&{element}))"
 
+  def render_vector_select(self, u: UOp, src: list[str]) -> str:
+    """where(mask, a, b) on vectors is a bitwise blend; max(a, b) blends on (a is NaN or a > b), like the scalar."""
+    mask_type, vec_type = self.type_name(dtypes.bool.vec(u.dtype.count)), self.type_name(u.dtype)
+    mask, a, b = (src[0], src[1], src[2]) if u.op is Ops.WHERE else (f"(({src[0]}!={src[0]})|({src[0]}>{src[1]}))", src[0], src[1])
+    return f"(({vec_type})(((({mask_type}){a})&{mask})|((({mask_type}){b})&~{mask})))"
+
   def render_vector_const(self, value: float | int | bool, dt: DType) -> str:
     if dt.count == 1: return self.render_const(value, dt)
-    return f"(({self.type_name(dt)}){{{', '.join([self.render_const(value, dt.scalar())] * dt.count)}}})"
+    lane = ("-1" if value else "0") if dt.scalar() == dtypes.bool else self.render_const(value, dt.scalar())
+    return f"(({self.type_name(dt)}){{{', '.join([lane] * dt.count)}}})"
 
 
 SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)

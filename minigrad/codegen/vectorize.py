@@ -15,7 +15,7 @@ from minigrad.uop.rewrite import graph_rewrite, PatternMatcher, UPat
 from minigrad.uop.symbolic import symbolic
 
 VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.FDIV, Ops.NEG}        # what C vector extensions spell directly
-VECTOR_REDUCES = {Ops.ADD, Ops.MUL}
+VECTOR_REDUCES = {Ops.ADD, Ops.MUL, Ops.MAX}                # MAX only on float32 (it blends with a mask)
 MAX_VECTOR_BYTES = 64                                      # an AVX-512 register
 
 
@@ -57,6 +57,22 @@ class _Vectorizer:
       self.vector[node] = UOp(Ops.VECTORIZE, node.dtype.vec(self.width), tuple(lanes))
     return self.vector[node]
 
+  def vector_op(self, node: UOp) -> bool:
+    """Can this op run on whole vectors? Arithmetic and casts on float vectors; on float32 also compares
+    (giving masks, int32 lanes of -1/0), masks combined with & and |, and selects on masks (max, where)."""
+    if vector_ok(node.dtype, self.width) and (node.op in VECTOR_OPS or node.op is Ops.CAST and vector_ok(node.src[0].dtype, self.width)):
+      return True
+    masks_ok = self.width * 4 <= MAX_VECTOR_BYTES
+    if node.op in (Ops.CMPLT, Ops.CMPNE): return masks_ok and all(s.dtype == dtypes.float32 for s in node.src)
+    if node.op in (Ops.AND, Ops.OR): return node.dtype == dtypes.bool and all(s in self.vector for s in node.src)
+    if node.op is Ops.MAX: return node.dtype == dtypes.float32 and masks_ok
+    if node.op is Ops.WHERE: return node.dtype == dtypes.float32 and masks_ok and node.src[0] in self.vector
+    return False
+
+  def vector_reduce(self, reduce: UOp) -> bool:
+    dtype = reduce.src[0].dtype
+    return vector_ok(dtype, self.width) and reduce.arg in VECTOR_REDUCES and (reduce.arg is not Ops.MAX or dtype == dtypes.float32)
+
   # ---- analysis of per-lane index expressions ----
   def contiguous(self, index: UOp) -> bool:
     """Is lane l's index exactly lane 0's index + l?"""
@@ -79,15 +95,14 @@ class _Vectorizer:
     if node.op is Ops.LOAD: return self.visit_load(node)
     if node.op is Ops.INDEX: return   # handled by its LOAD/STORE
     if node.op is Ops.STORE: return
-    if node.op is Ops.REDUCE and vector_ok(node.src[0].dtype, self.width) and node.arg in VECTOR_REDUCES and node.src[0] in self.vector:
+    if node.op is Ops.REDUCE and self.vector_reduce(node) and node.src[0] in self.vector:
       self.vector[node] = UOp(Ops.REDUCE, node.dtype.vec(self.width), (self.vector[node.src[0]],) + tuple(self.scalar[s] for s in node.src[1:]), node.arg)
       return
     if node.op is Ops.REDUCE:
       self.lanes[node] = [UOp(Ops.REDUCE, node.dtype, (value,) + tuple(self.scalar[s] for s in node.src[1:]), node.arg)
                           for value in self.lane_values(node.src[0])]
       return
-    if vector_ok(node.dtype, self.width) and (node.op in VECTOR_OPS or node.op is Ops.CAST and vector_ok(node.src[0].dtype, self.width)) \
-       and any(s in self.vector for s in node.src):
+    if self.vector_op(node) and any(s in self.vector for s in node.src):
       self.vector[node] = UOp(node.op, node.dtype.vec(self.width), tuple(self.vector_of(s) for s in node.src), node.arg)
       return
     per_lane = [self.lane_values(s) for s in node.src]
@@ -116,7 +131,7 @@ class _Vectorizer:
   def reduce_over_lanes(self, reduce: UOp) -> UOp:
     """A REDUCE whose loops include the lanes: accumulate a vector (or W lanes combined) over the other loops."""
     value, loops = reduce.src[0], tuple(self.scalar[s] for s in reduce.src[1:] if s is not self.lane)
-    if reduce.arg in VECTOR_REDUCES and value in self.vector and vector_ok(value.dtype, self.width):
+    if self.vector_reduce(reduce) and value in self.vector:
       return UOp(Ops.REDUCE, reduce.dtype, (self.vector[value],) + loops, reduce.arg)
     lanes = self.lane_values(value)
     combined = lanes[0]
