@@ -136,8 +136,8 @@ class CRenderer:
         store = f"{memory} = {_strip(src[1])};"
         line(f"if ({names[index.src[2]]}) {store}" if len(index.src) > 2 else store)
       elif u.op is Ops.VECTORIZE:   # bools go into masks as -1/0
-        lanes = [f"-({x})" if u.dtype.scalar() == dtypes.bool else _strip(x) for x in src]
-        names[u] = f"(({self.type_name(u.dtype)}){{{', '.join(lanes)}}})"
+        if all(x is u.src[0] for x in u.src): names[u] = self.render_broadcast(src[0], u.dtype)
+        else: names[u] = f"(({self.type_name(u.dtype)}){{{', '.join(f'-({x})' if u.dtype.scalar() == dtypes.bool else _strip(x) for x in src)}}})"
       elif u.op is Ops.GEP: names[u] = f"({src[0]}[{u.arg}]!=0)" if u.dtype == dtypes.bool else f"{src[0]}[{u.arg}]"
 
       elif u.op is Ops.DEFINE_ACC:
@@ -151,6 +151,7 @@ class CRenderer:
         elif u.op is Ops.CAST: expr = self.render_cast(src[0], u.dtype)
         elif u.op is Ops.BITCAST: expr = self.render_bitcast(src[0], u.src[0].dtype, u.dtype)
         elif u.op in (Ops.MAX, Ops.WHERE) and u.dtype.count > 1: expr = self.render_vector_select(u, src)
+        elif u.op in VECTOR_MATH and u.dtype.count > 1: expr = f"{VECTOR_MATH[u.op]}_v{u.dtype.count}({src[0]})"
         elif u.op in GroupOp.ALU:
           expr = self.code_for_op[u.op](*src, u.src[0].dtype if u.op in GroupOp.Comparison else u.dtype)
           # C computes char/short arithmetic in int: wrap the result back to its width at once
@@ -164,7 +165,7 @@ class CRenderer:
           names[u] = fresh("alu")
           line(f"{self.type_name(u.dtype)} {names[u]} = {_strip(expr)};")
     header = self.kernel_header(name, globals_, written, [u for u in uops if u.op is Ops.DEFINE_VAR])
-    return "\n".join(self.includes + self.vector_typedefs(uops) + [header + " {"] + lines + ["}"]) + "\n"
+    return "\n".join(self.includes + self.vector_typedefs(uops) + self.vector_math(uops) + [header + " {"] + lines + ["}"]) + "\n"
 
   # ---- SIMD vectors (GCC/clang vector extensions) ----
   def vector_typedefs(self, uops: list[UOp]) -> list[str]:
@@ -182,6 +183,21 @@ class CRenderer:
       lines.append(f"typedef {scalar} {name}_unaligned __attribute__((vector_size({dt.itemsize}), aligned({dt.scalar().itemsize})));")
     return lines
 
+  def vector_math(self, uops: list[UOp]) -> list[str]:
+    """exp2/log2/sin/sqrt on float32 vectors: glibc's libmvec SIMD versions where the CPU has them, else a loop."""
+    lines = []
+    for op, width in sorted({(u.op, u.dtype.count) for u in uops if u.op in VECTOR_MATH and u.dtype.count > 1}, key=lambda x: (x[0].value, x[1])):
+      name, vec = VECTOR_MATH[op], self.type_name(dtypes.float32.vec(width))
+      lines.append(f"static inline {vec} {name}_v{width}({vec} x) {{")
+      if op is not Ops.SQRT and width in LIBMVEC:
+        letter, feature = LIBMVEC[width]
+        lines += [f"#if defined(__x86_64__) && defined({feature})", f"  {vec} _ZGV{letter}N{width}v_{name}({vec});",
+                  f"  return _ZGV{letter}N{width}v_{name}(x);", "#else"]
+      lines += [f"  {vec} out;", f"  for (int i = 0; i < {width}; i++) out[i] = {name}(x[i]);", "  return out;"]
+      if op is not Ops.SQRT and width in LIBMVEC: lines.append("#endif")
+      lines.append("}")
+    return lines
+
   def vector_access(self, element: str, dt: DType) -> str:
     """The dt-wide vector in memory starting at `element` (e.g. data1[i])."""
     return f"(*(({self.type_name(dt)}_unaligned*)&{element}))"
@@ -194,11 +210,17 @@ class CRenderer:
 
   def render_vector_const(self, value: float | int | bool, dt: DType) -> str:
     if dt.count == 1: return self.render_const(value, dt)
-    lane = ("-1" if value else "0") if dt.scalar() == dtypes.bool else self.render_const(value, dt.scalar())
-    return f"(({self.type_name(dt)}){{{', '.join([lane] * dt.count)}}})"
+    return self.render_broadcast(self.render_const(value, dt.scalar()), dt)
+
+  def render_broadcast(self, scalar: str, dt: DType) -> str:
+    """One value in every lane: GCC/clang broadcast a scalar added to (or, for masks, subtracted from) a vector."""
+    return f"(({self.type_name(dt)}){{0}}{'-' if dt.scalar() == dtypes.bool else '+'}{scalar})"
 
 
 SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
+# float32 math on vectors: name of the libm function; libmvec variants by width: (ISA letter, the C macro it needs)
+VECTOR_MATH = {Ops.EXP2: "exp2f", Ops.LOG2: "log2f", Ops.SIN: "sinf", Ops.SQRT: "sqrtf"}
+LIBMVEC = {4: ("b", "__SSE2__"), 8: ("d", "__AVX2__"), 16: ("e", "__AVX512F__")}
 
 
 def _strip(expr: str) -> str:

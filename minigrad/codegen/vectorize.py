@@ -66,6 +66,7 @@ class _Vectorizer:
     if node.op in (Ops.CMPLT, Ops.CMPNE): return masks_ok and all(s.dtype == dtypes.float32 for s in node.src)
     if node.op in (Ops.AND, Ops.OR): return node.dtype == dtypes.bool and all(s in self.vector for s in node.src)
     if node.op is Ops.MAX: return node.dtype == dtypes.float32 and masks_ok
+    if node.op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT): return node.dtype == dtypes.float32 and masks_ok   # SIMD math library
     if node.op is Ops.WHERE: return node.dtype == dtypes.float32 and masks_ok and node.src[0] in self.vector
     return False
 

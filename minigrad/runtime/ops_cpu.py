@@ -97,6 +97,11 @@ def find_c_compiler(cc: str | None = None) -> tuple[list[str], str]:
   raise RuntimeError(f"no working C compiler for the CPU device (tried {tried}): {hint}")
 
 
+def _has_libmvec() -> bool:
+  import ctypes.util
+  return platform.machine() == "x86_64" and ctypes.util.find_library("mvec") is not None
+
+
 class CCompiler(Compiler):
   """Compiles C source to a shared library (bytes) with clang/gcc in a subprocess, never for longer than
   `timeout_s` seconds."""
@@ -104,13 +109,15 @@ class CCompiler(Compiler):
   def __init__(self, cc: str | None = None, timeout_s: float = 120.0):
     self.argv, self.version = find_c_compiler(cc)
     self.flags = CFLAGS
+    # libm, and glibc's SIMD math library (libmvec) when it is there: kernels call its vector exp2f/log2f/sinf
+    self.libraries = ["-lm"] + (["-lmvec"] if _has_libmvec() else [])
     self.timeout_s = timeout_s
-    super().__init__(f"{shlex.join(self.argv)} [{self.version}] {' '.join(self.flags)} cpu={_host_cpu_id()}")
+    super().__init__(f"{shlex.join(self.argv)} [{self.version}] {' '.join(self.flags + tuple(self.libraries))} cpu={_host_cpu_id()}")
 
   def compile(self, src: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="minigrad_cc_") as workdir:
       output = os.path.join(workdir, "kernel.so")
-      command = [*self.argv, *self.flags, "-x", "c", "-", "-o", output, "-lm"]
+      command = [*self.argv, *self.flags, "-x", "c", "-", "-o", output, *self.libraries]
       if DEBUG >= 6: print("compiling:", shlex.join(command))
       returncode, stderr = self._run(command, src)
       if returncode != 0:
