@@ -123,9 +123,13 @@ def bench_conv(rng: np.random.Generator) -> dict[str, tuple[float, str]]:
 
 
 def bench_mlp(rng: np.random.Generator) -> dict[str, tuple[float, str]]:
-  from mlp_train import minigrad_steps_per_second, torch_steps_per_second   # bench/mlp_train.py
-  out = {"minigrad": minigrad_steps_per_second()}
-  if torch: out["torch"] = torch_steps_per_second()
+  from mlp_train import minigrad_runner, torch_runner, random_batches, timed   # bench/mlp_train.py
+  batches = random_batches(8, 128)
+  runners = {"minigrad": minigrad_runner(batches, 1e-3)} | ({"torch": torch_runner(batches, 1e-3)} if torch else {})
+  out = {}
+  for name, run in runners.items():
+    run(5)   # warm-up: compile, allocate
+    out[name] = statistics.median(timed(run, 20) for _ in range(7))
   return {k: (v, "steps/s") for k, v in out.items()}
 
 
