@@ -10,7 +10,7 @@ emitted outside them, so loop-invariant values are computed once and stay in sco
 """
 from __future__ import annotations
 from minigrad.dtype import dtypes
-from minigrad.uop.ops import UOp, Ops, reduce_identity
+from minigrad.uop.ops import UOp, Ops, reduce_identity, toposort
 
 
 def _ranges_of(sink: UOp) -> dict[UOp, frozenset[UOp]]:
@@ -26,18 +26,7 @@ def _ranges_of(sink: UOp) -> dict[UOp, frozenset[UOp]]:
 
 def _body_order(value: UOp) -> list[UOp]:
   """Post-order of `value`'s graph without entering REDUCE bodies (a nested reduce is one step)."""
-  order, seen = [], set()
-  stack: list[tuple[UOp, bool]] = [(value, False)]
-  while stack:
-    node, done = stack.pop()
-    if node in seen: continue
-    if done:
-      seen.add(node)
-      order.append(node)
-      continue
-    stack.append((node, True))
-    if node.op is not Ops.REDUCE: stack.extend((s, False) for s in reversed(node.src) if s not in seen)
-  return order
+  return toposort([value], enter=lambda node: node.op is not Ops.REDUCE)
 
 
 class _Emitter:

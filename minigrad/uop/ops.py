@@ -313,8 +313,9 @@ def _clamp(a: Any, b: Any, lo: Any, hi: Any) -> tuple[Any, Any]:
   return (a, b) if lo <= a and b <= hi else (lo, hi)
 
 
-def toposort(roots: list[UOp]) -> list[UOp]:
-  """Iterative post-order walk: each node appears once, after all of its sources (no recursion limit)."""
+def toposort(roots: list[UOp], enter: Callable[[UOp], bool] = lambda node: True) -> list[UOp]:
+  """Iterative post-order walk: each node appears once, after all of its sources (no recursion limit).
+  The sources of a node for which `enter(node)` is False are not walked (the node itself is listed)."""
   order: list[UOp] = []
   seen: set[UOp] = set()
   for root in roots:
@@ -327,7 +328,7 @@ def toposort(roots: list[UOp]) -> list[UOp]:
         order.append(node)
         continue
       stack.append((node, True))
-      stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+      if enter(node): stack.extend((s, False) for s in reversed(node.src) if s not in seen)
   return order
 
 
