@@ -1,0 +1,108 @@
+"""Kernel optimization actions (UPCAST/UNROLL), SIMD lanes and the default heuristics: every choice must give
+the same numbers as the plain loops, and bad actions must be refused with a clear error."""
+import itertools
+import numpy as np
+import pytest
+from minigrad import Tensor
+from minigrad.codegen.kernel import Kernel, Opt, KernelOptError
+from minigrad.engine.realize import get_kernel, buffer_of
+
+rng = np.random.default_rng(3)
+
+
+def arr(*shape):
+  return rng.standard_normal(shape).astype(np.float32)
+
+
+def run_with(t: Tensor, opts):
+  (item,) = t.schedule()
+  program = get_kernel(item.ast, "CPU", opts)
+  bufs = [buffer_of(b).allocate() for b in item.bufs]
+  program(bufs)
+  return bufs[0].numpy().copy(), program
+
+
+PROGRAMS = {
+  "matmul": lambda: Tensor(arr(8, 12)) @ Tensor(arr(12, 16)),
+  "matmul_relu_bias": lambda: (Tensor(arr(8, 12)) @ Tensor(arr(12, 16))).relu() + Tensor(arr(16)),
+  "elementwise": lambda: (Tensor(arr(8, 16)).relu() * 2 + 1).exp(),
+  "row_sum": lambda: Tensor(arr(8, 16)).sum(1),
+  "column_max": lambda: Tensor(arr(16, 8)).max(0),
+  "transpose": lambda: Tensor(arr(8, 16)).T + 1,
+  "padded": lambda: Tensor(arr(8, 16)).pad(((1, 3), (2, 2))).exp(),
+  "where_compare": lambda: (Tensor(arr(16, 16)) > 0).where(Tensor(arr(16, 16)), 0.5) * 3,
+  "math": lambda: Tensor(arr(4, 16)).abs().sqrt().log() + Tensor(arr(4, 16)).sin(),
+  "arange": lambda: Tensor.arange(64).reshape(4, 16).float() * 0.5,
+}
+CANDIDATES = [Opt(op, axis, amount) for op in ("UPCAST", "UNROLL") for axis in range(3) for amount in (2, 4, 8, 16)]
+
+
+def valid_sequences(t: Tensor, length: int):
+  (item,) = t.schedule()
+  for opts in itertools.product(CANDIDATES, repeat=length):
+    kernel = Kernel(item.ast)
+    try:
+      for opt in opts: kernel.apply_opt(opt)
+    except KernelOptError: continue
+    yield list(opts)
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_every_single_opt_matches_plain_loops(name):
+  t = PROGRAMS[name]()
+  expected, _ = run_with(t, [])
+  sequences = list(valid_sequences(t, 1))
+  assert sequences, "no opt applies: the test would check nothing"
+  for opts in sequences:
+    out, _ = run_with(t, opts)
+    np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5, err_msg=str(opts))
+
+
+@pytest.mark.parametrize("name", ["matmul", "matmul_relu_bias", "row_sum", "padded", "where_compare"])
+def test_pairs_of_opts_match_plain_loops(name):
+  t = PROGRAMS[name]()
+  expected, _ = run_with(t, [])
+  sequences = list(valid_sequences(t, 2))
+  for opts in sequences[::3]:   # a third of the pairs keeps the test quick and still covers every kind
+    out, _ = run_with(t, opts)
+    np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5, err_msg=str(opts))
+
+
+def test_matmul_heuristics_give_a_simd_register_tile():
+  a, b = arr(64, 32), arr(32, 48)
+  t = Tensor(a) @ Tensor(b)
+  (item,) = t.schedule()
+  program = get_kernel(item.ast, "CPU")
+  assert program.kernel.applied_opts == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 4)]
+  assert "float_v16" in program.source and program.source.count("acc") >= 4
+  np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_row_sum_takes_lanes_from_the_reduce_dim():
+  x = arr(8, 64)
+  t = Tensor(x).sum(1)
+  (item,) = t.schedule()
+  assert get_kernel(item.ast, "CPU").kernel.applied_opts == [Opt("UNROLL", 0, 16)]
+  np.testing.assert_allclose(t.numpy(), x.sum(1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("opt, message", [
+  (Opt("UPCAST", 5, 2), "axis 5 out of range"),
+  (Opt("UPCAST", 0, 3), "doesn't divide"),
+  (Opt("UNROLL", 1, 2), "axis 1 out of range"),
+  (Opt("LOCAL", 0, 2), "unknown optimization"),
+])
+def test_bad_opts_are_refused(opt, message):
+  (item,) = (Tensor(arr(8, 12)) @ Tensor(arr(12, 16))).schedule()
+  with pytest.raises(KernelOptError, match=message):
+    Kernel(item.ast).apply_opt(opt)
+
+
+def test_threads_split_the_outer_loop(monkeypatch):
+  from minigrad.runtime import ops_cpu
+  a, b = arr(256, 64), arr(64, 128)
+  results = []
+  for threads in (1, 2, 3):
+    monkeypatch.setattr(ops_cpu, "cpu_threads", lambda threads=threads: threads)
+    results.append((Tensor(a) @ Tensor(b)).numpy())   # fresh buffers: computed again, split differently
+  for out in results: np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
