@@ -230,3 +230,38 @@ def backpropagate(root: Tensor, root_grad: Tensor) -> dict[int, Tensor]:
         if grad.shape != inp.shape: raise RuntimeError(f"{type(t._ctx).__name__} gave a gradient of shape {grad.shape} for an input of shape {inp.shape}")
         grads[id(inp)] = grad if id(inp) not in grads else grads[id(inp)] + grad
   return grads
+
+
+# ---- reduce (appended: product) ----
+class Prod(Function):
+  """Reduce product. d prod / d x_i is the product of the other elements of x_i's group, computed so zeros work:
+  no zero in the group -> prod / x_i (as torch); exactly one zero -> the product of the non-zeros at the zero and
+  0 elsewhere; two or more zeros -> 0 everywhere."""
+  def forward(self, x: UOp, axes: tuple[int, ...]) -> UOp:
+    self.x, self.axes = x, axes
+    self.ret = UOp(Ops.REDUCE_AXIS, x.dtype, (x,), (Ops.MUL, axes))
+    return self.ret
+  def backward(self, grad: Tensor) -> Tensor:
+    x = self.tensor(self.x)
+    is_zero = x.eq(0)
+    zero_count = is_zero.sum(self.axes, keepdim=True).expand(x.shape)
+    product_of_nonzeros = is_zero.where(1, x).prod(self.axes, keepdim=True).expand(x.shape)
+    without_zeros = self.tensor(self.ret).expand(x.shape) / is_zero.where(1, x)
+    others = zero_count.eq(0).where(without_zeros, (zero_count.eq(1) & is_zero).where(product_of_nonzeros, 0))
+    return grad.expand(x.shape) * others.cast(grad.dtype)
+
+
+# ---- functions given by a forward graph and a gradient formula (appended: the elementwise op surface) ----
+class Composite(Function):
+  """A function whose forward is any graph of Tensor ops, built for accuracy (e.g. computed in float64, or
+  with cancellation-free formulas), and whose gradient is a formula beside it, so backward never
+  differentiates through the forward's internals: `Composite.apply(x, fn=lambda x: ..., gradient=lambda grad,
+  y, x: (grad * dy_dx,))`. `gradient(grad, output, *inputs)` returns one gradient (or None) per input."""
+  def forward(self, *xs: UOp, fn: Any, gradient: Any) -> UOp:
+    from minigrad.tensor import Tensor
+    with Tensor.no_grad(): self.ret = fn(*(Tensor(x) for x in xs)).uop
+    self.xs, self.gradient = xs, gradient
+    return self.ret
+  def backward(self, grad: Tensor) -> tuple[Tensor | None, ...]:
+    grads = self.gradient(grad, self.tensor(self.ret), *(self.tensor(x) for x in self.xs))
+    return tuple(g if needed else None for g, needed in zip(grads, self.needs_grad))

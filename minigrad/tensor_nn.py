@@ -1,10 +1,80 @@
 """Linear algebra and neural-network ops on Tensor beyond matmul: einsum, convolutions, pooling, interpolation,
-attention. The implementations live in minigrad.nn.functional; these are the Tensor-method spellings.
+attention. The implementations live in minigrad.nn (functional, conv, einsum); these are the Tensor-method spellings.
 
 Input: Tensors (this class is mixed into `Tensor`). Output: lazy Tensors.
 """
 from __future__ import annotations
+from typing import Any, Sequence, TYPE_CHECKING
+if TYPE_CHECKING: from minigrad.tensor import Tensor
 
 
 class NNMixin:
-  """Linear-algebra and nn ops of Tensor (see minigrad.tensor)."""
+  """Linear-algebra and nn ops of Tensor (see minigrad.tensor). conv2d, max_pool2d, avg_pool2d and layernorm are
+  spelled in tensor_math; everything here forwards to minigrad.nn.functional with torch's argument order."""
+
+  @staticmethod
+  def einsum(formula: str, *operands: Any) -> Tensor:
+    """`Tensor.einsum("ij,jk->ik", a, b)`: Einstein summation, as torch.einsum (see minigrad.nn.einsum)."""
+    from minigrad.nn.einsum import einsum
+    return einsum(formula, *operands)
+
+  def conv1d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+             groups: int = 1) -> Tensor:
+    from minigrad.nn import functional
+    return functional.conv1d(self, weight, bias, stride, padding, dilation, groups)
+
+  def conv3d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+             groups: int = 1) -> Tensor:
+    from minigrad.nn import functional
+    return functional.conv3d(self, weight, bias, stride, padding, dilation, groups)
+
+  def conv_transpose1d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+                       output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:
+    from minigrad.nn import functional
+    return functional.conv_transpose1d(self, weight, bias, stride, padding, output_padding, groups, dilation)
+
+  def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+                       output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:
+    from minigrad.nn import functional
+    return functional.conv_transpose2d(self, weight, bias, stride, padding, output_padding, groups, dilation)
+
+  def conv_transpose3d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+                       output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Tensor:
+    from minigrad.nn import functional
+    return functional.conv_transpose3d(self, weight, bias, stride, padding, output_padding, groups, dilation)
+
+  def max_pool1d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> Tensor:
+    from minigrad.nn import functional
+    return functional.max_pool1d(self, kernel_size, stride, padding, dilation, ceil_mode)
+
+  def max_pool3d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> Tensor:
+    from minigrad.nn import functional
+    return functional.max_pool3d(self, kernel_size, stride, padding, dilation, ceil_mode)
+
+  def avg_pool1d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, count_include_pad: bool = True, *,
+                 ceil_mode: bool = False) -> Tensor:
+    from minigrad.nn import functional
+    return functional.avg_pool1d(self, kernel_size, stride, padding, count_include_pad, ceil_mode=ceil_mode)
+
+  def avg_pool3d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, count_include_pad: bool = True, *,
+                 ceil_mode: bool = False, divisor_override: int | None = None) -> Tensor:
+    from minigrad.nn import functional
+    return functional.avg_pool3d(self, kernel_size, stride, padding, count_include_pad, ceil_mode=ceil_mode,
+                                 divisor_override=divisor_override)
+
+  def interpolate(self, size: int | Sequence[int] | None = None, scale_factor: float | Sequence[float] | None = None,
+                  mode: str = "nearest", align_corners: bool | None = None, recompute_scale_factor: bool | None = None) -> Tensor:
+    from minigrad.nn import functional
+    return functional.interpolate(self, size, scale_factor, mode, align_corners, recompute_scale_factor)
+
+  def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+                                   is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Tensor:
+    """self is the query (..., L, E); see minigrad.nn.functional.scaled_dot_product_attention."""
+    from minigrad.nn import functional
+    return functional.scaled_dot_product_attention(self, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+  def layer_norm(self, normalized_shape: int | Sequence[int], weight: Tensor | None = None, bias: Tensor | None = None,
+                 eps: float = 1e-5) -> Tensor:
+    """torch's F.layer_norm spelling (see also Tensor.layernorm(axis, eps))."""
+    from minigrad.nn import functional
+    return functional.layer_norm(self, normalized_shape, weight, bias, eps)

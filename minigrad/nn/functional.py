@@ -1,158 +1,275 @@
-"""Neural-network functions built only from public Tensor ops: convolution, pooling, normalization, dropout,
-one-hot and losses. Every gradient comes from autograd, since each function composes differentiable ops.
+"""Neural-network functions built only from public Tensor ops: convolution, pooling, interpolation, attention,
+normalization, dropout, one-hot and losses. Every gradient comes from autograd, since each function composes
+differentiable ops.
 
-Input: Tensors (NCHW images, (N, C) logits, class-index or probability targets) and Python hyper-parameters.
-Output: lazy Tensors. Nothing here copies data: convolution and pooling windows are zero-copy strided views
-(pad, then a repeat/reshape/shrink trick), reduced with broadcast-multiply-sum or max.
+Input: Tensors (N, C, *spatial images, (N, C) logits, class-index or probability targets, (..., L, E) attention
+queries) and Python hyper-parameters. Output: lazy Tensors. Convolutions and pools (any number of spatial dims)
+live in minigrad.nn.conv and einsum in minigrad.nn.einsum; this module gives them torch's names (conv1d, conv2d,
+conv3d, conv_transpose2d, max_pool2d, ...).
 
 Arguments are checked before any graph is built; errors name the shapes involved, as PyTorch's do.
 """
 from __future__ import annotations
 from typing import Sequence
 import math
+import numpy as np
 from minigrad.dtype import dtypes
-from minigrad.helpers import prod
 from minigrad.tensor import Tensor
 from minigrad.nn.state import assign
+from minigrad.nn.conv import ArgumentError, IntOrPair, sliding_windows, conv, conv_transpose, max_pool, avg_pool
+from minigrad.nn.conv import _ntuple as _pair   # noqa: F401  (minigrad.nn's layers import it from here)
+from minigrad.nn.einsum import einsum
 
-IntOrPair = int | Sequence[int]
-
-
-def _pair(value: IntOrPair, name: str, count: int = 2) -> tuple[int, ...]:
-  """7 -> (7, 7); (2, 3) stays; anything else is a ValueError naming the argument."""
-  if isinstance(value, int) and not isinstance(value, bool): values: tuple[int, ...] = (value,) * count
-  else: values = tuple(value)
-  if len(values) != count or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-    raise ValueError(f"{name} must be an int or a tuple of {count} ints, got {value!r}")
-  return values
+__all__ = ["ArgumentError", "IntOrPair", "sliding_windows", "einsum", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+           "conv_transpose2d", "conv_transpose3d", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d",
+           "avg_pool3d", "interpolate", "scaled_dot_product_attention", "softmax", "log_softmax", "dropout", "layer_norm",
+           "batch_norm", "one_hot", "cross_entropy", "sparse_categorical_crossentropy", "binary_crossentropy_logits",
+           "binary_crossentropy", "mse_loss", "l1_loss"]
 
 
-def _ceil_div(a: int, b: int) -> int: return -(-a // b)
+# ---------------------------------------------------------------- convolution (see minigrad.nn.conv)
+
+def _conv_of_rank(x: Tensor, weight: Tensor, dims: int, what: str) -> None:
+  if weight.ndim != dims + 2:
+    raise ArgumentError(f"{what}: weight must be {dims + 2}-d (C_out, C_in/groups, *kernel), got weight of shape {weight.shape} "
+                        f"(input shape {x.shape})")
 
 
-# ---------------------------------------------------------------- sliding windows (zero-copy)
+def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPair = 1, padding: IntOrPair | str = 0,
+           dilation: IntOrPair = 1, groups: int = 1) -> Tensor:
+  """1-d cross-correlation, as torch: x (N, C_in, L) or (C_in, L), weight (C_out, C_in // groups, K)."""
+  _conv_of_rank(x, weight, 1, "conv1d")
+  return conv(x, weight, bias, stride, padding, dilation, groups)
 
-def _windows_along(x: Tensor, axis: int, kernel: int, stride: int, dilation: int) -> Tensor:
-  """Split dim `axis` (size n) into (out, kernel) with view[..., o, k, ...] = x[..., o*stride + k*dilation, ...].
-
-  Repeat the row `reps` times and flatten (a stride-0 view reshaped), so element j of the long row is
-  x[j mod n]. Reading it as `kernel` rows of length L = n*f + dilation shifts each row by dilation against the
-  previous one (row a starts at x[a*dilation]). Keeping every stride-th column of the first out*stride columns
-  picks x[o*stride + a*dilation]. f = 2 only when out*stride would not fit in a row of length n + dilation."""
-  n = x.shape[axis]
-  out = (n - dilation * (kernel - 1) - 1) // stride + 1
-  row = n * (1 if out * stride <= n + dilation else 2) + dilation
-  reps = _ceil_div(kernel * row, n)
-  before, after = x.shape[:axis], x.shape[axis + 1:]
-
-  def keep(t: Tensor, dim: int, end: int) -> Tensor:
-    return t.shrink(tuple((0, end) if d == dim else None for d in range(t.ndim)))
-
-  x = x.reshape(before + (1, n) + after).expand(before + (reps, n) + after).reshape(before + (reps * n,) + after)
-  x = keep(x, axis, kernel * row).reshape(before + (kernel, row) + after)
-  x = keep(x, axis + 1, out * stride).reshape(before + (kernel, out, stride) + after)
-  x = keep(x, axis + 2, 1).reshape(before + (kernel, out) + after)
-  order = list(range(x.ndim))
-  order[axis], order[axis + 1] = axis + 1, axis
-  return x.permute(order)
-
-
-def sliding_windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Tensor:
-  """(..., *spatial) -> (..., *out, *kernel): every kernel window of the last len(kernel) dims, as a view.
-  out = (size - dilation*(kernel-1) - 1) // stride + 1 per spatial dim (the caller pads beforehand)."""
-  dims = len(kernel)
-  lead = x.ndim - dims
-  for i in range(dims):
-    x = _windows_along(x, lead + 2 * i, kernel[i], stride[i], dilation[i])   # dims become (..., o0, k0, o1, k1, ...)
-  return x.permute(tuple(range(lead)) + tuple(lead + 2 * i for i in range(dims)) + tuple(lead + 2 * i + 1 for i in range(dims)))
-
-
-def _check_window_fits(spatial: Sequence[int], kernel: Sequence[int], dilation: Sequence[int], what: str) -> None:
-  reach = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
-  if any(s < r for s, r in zip(spatial, reach)):
-    raise ValueError(f"{what}: padded input size per channel {tuple(spatial)} is smaller than the (dilated) kernel "
-                     f"size {reach}; kernel size can't be greater than the actual input size")
-
-
-# ---------------------------------------------------------------- convolution
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPair = 1, padding: IntOrPair | str = 0,
            dilation: IntOrPair = 1, groups: int = 1) -> Tensor:
-  """2-d cross-correlation, as torch.nn.functional.conv2d. x: (N, C_in, H, W) or (C_in, H, W);
-  weight: (C_out, C_in // groups, KH, KW); bias: (C_out,). padding: int, (ph, pw), "valid" or "same"."""
-  if weight.ndim != 4: raise ValueError(f"conv2d: weight must be 4-d (C_out, C_in/groups, KH, KW), got shape {weight.shape}")
-  if x.ndim not in (3, 4): raise ValueError(f"conv2d: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape {x.shape}")
-  if x.ndim == 3: return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups).squeeze(0)
-  if not isinstance(groups, int) or groups < 1: raise ValueError(f"conv2d: groups must be a positive int, got {groups!r}")
-  (n, c_in, _, _), (c_out, c_group, kh, kw) = x.shape, weight.shape
-  if c_in != c_group * groups:
-    raise ValueError(f"conv2d: input of shape {x.shape} has {c_in} channels, but weight of shape {weight.shape} "
-                     f"with groups={groups} expects {c_group * groups}")
-  if c_out % groups: raise ValueError(f"conv2d: out_channels {c_out} (weight shape {weight.shape}) is not divisible by groups={groups}")
-  if bias is not None and bias.shape != (c_out,): raise ValueError(f"conv2d: bias must have shape ({c_out},), got {bias.shape}")
-  strides, dilations = _pair(stride, "stride"), _pair(dilation, "dilation")
-  if min(strides) < 1 or min(dilations) < 1: raise ValueError(f"conv2d: stride {strides} and dilation {dilations} must be positive")
-  pads = _conv_padding(padding, (kh, kw), strides, dilations)
-  x = x.pad(((0, 0), (0, 0)) + pads)
-  _check_window_fits(x.shape[2:], (kh, kw), dilations, "conv2d")
-  win = sliding_windows(x, (kh, kw), strides, dilations)                    # (N, C_in, OH, OW, KH, KW)
-  oh, ow = win.shape[2], win.shape[3]
-  win = win.reshape(n, groups, 1, c_group, oh, ow, kh, kw)
-  w = weight.reshape(1, groups, c_out // groups, c_group, 1, 1, kh, kw)
-  out = (win * w).sum((3, 6, 7)).reshape(n, c_out, oh, ow)
-  return out if bias is None else out + bias.reshape(1, c_out, 1, 1)
+  """2-d cross-correlation, as torch: x (N, C_in, H, W) or (C_in, H, W), weight (C_out, C_in // groups, KH, KW);
+  padding an int, a pair, 'valid' or 'same'."""
+  _conv_of_rank(x, weight, 2, "conv2d")
+  return conv(x, weight, bias, stride, padding, dilation, groups)
 
 
-def _conv_padding(padding: IntOrPair | str, kernel: Sequence[int], stride: Sequence[int],
-                  dilation: Sequence[int]) -> tuple[tuple[int, int], ...]:
-  """((top, bottom), (left, right)) from torch's padding argument forms."""
-  if isinstance(padding, str):
-    if padding == "valid": return ((0, 0), (0, 0))
-    if padding != "same": raise ValueError(f"conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
-    if any(s != 1 for s in stride): raise ValueError(f"conv2d: padding='same' is not supported for strided convolutions (stride {tuple(stride)})")
-    total = [d * (k - 1) for k, d in zip(kernel, dilation)]
-    return tuple((t // 2, t - t // 2) for t in total)
-  pads = _pair(padding, "padding")
-  if min(pads) < 0: raise ValueError(f"conv2d: padding must be non-negative, got {pads}")
-  return tuple((p, p) for p in pads)
+def conv3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPair = 1, padding: IntOrPair | str = 0,
+           dilation: IntOrPair = 1, groups: int = 1) -> Tensor:
+  """3-d cross-correlation, as torch: x (N, C_in, D, H, W) or (C_in, D, H, W), weight (C_out, C_in // groups, KD, KH, KW)."""
+  _conv_of_rank(x, weight, 3, "conv3d")
+  return conv(x, weight, bias, stride, padding, dilation, groups)
 
 
-# ---------------------------------------------------------------- pooling
+def _conv_transpose_of_rank(x: Tensor, weight: Tensor, dims: int, what: str) -> None:
+  if weight.ndim != dims + 2:
+    raise ArgumentError(f"{what}: weight must be {dims + 2}-d (C_in, C_out/groups, *kernel), got weight of shape {weight.shape} "
+                        f"(input shape {x.shape})")
 
-def _pool_setup(x: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None, padding: IntOrPair, dilation: IntOrPair,
-                what: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[tuple[int, int], ...]]:
-  if x.ndim not in (3, 4): raise ValueError(f"{what}: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape {x.shape}")
-  kernel = _pair(kernel_size, "kernel_size")
-  strides = kernel if stride is None else _pair(stride, "stride")
-  pads, dilations = _pair(padding, "padding"), _pair(dilation, "dilation")
-  if min(kernel) < 1 or min(strides) < 1 or min(dilations) < 1:
-    raise ValueError(f"{what}: kernel_size {kernel}, stride {strides} and dilation {dilations} must be positive")
-  if any(p < 0 or p > k // 2 for p, k in zip(pads, kernel)):
-    raise ValueError(f"{what}: padding {pads} must be non-negative and at most half the kernel size {kernel}")
-  return kernel, strides, dilations, ((0, 0),) * (x.ndim - 2) + tuple((p, p) for p in pads)
+
+def conv_transpose1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPair = 1, padding: IntOrPair = 0,
+                     output_padding: IntOrPair = 0, groups: int = 1, dilation: IntOrPair = 1) -> Tensor:
+  """1-d transposed convolution, as torch (argument order too): weight (C_in, C_out // groups, K)."""
+  _conv_transpose_of_rank(x, weight, 1, "conv_transpose1d")
+  return conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPair = 1, padding: IntOrPair = 0,
+                     output_padding: IntOrPair = 0, groups: int = 1, dilation: IntOrPair = 1) -> Tensor:
+  """2-d transposed convolution, as torch (argument order too): weight (C_in, C_out // groups, KH, KW)."""
+  _conv_transpose_of_rank(x, weight, 2, "conv_transpose2d")
+  return conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def conv_transpose3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPair = 1, padding: IntOrPair = 0,
+                     output_padding: IntOrPair = 0, groups: int = 1, dilation: IntOrPair = 1) -> Tensor:
+  """3-d transposed convolution, as torch (argument order too): weight (C_in, C_out // groups, KD, KH, KW)."""
+  _conv_transpose_of_rank(x, weight, 3, "conv_transpose3d")
+  return conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+# ---------------------------------------------------------------- pooling (see minigrad.nn.conv)
+
+def max_pool1d(x: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
+               dilation: IntOrPair = 1, ceil_mode: bool = False) -> Tensor:
+  return max_pool(x, 1, kernel_size, stride, padding, dilation, ceil_mode)
 
 
 def max_pool2d(x: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
-               dilation: IntOrPair = 1) -> Tensor:
-  """Max over kernel windows of (N, C, H, W) or (C, H, W); stride defaults to kernel_size; padding is -inf."""
-  kernel, strides, dilations, pads = _pool_setup(x, kernel_size, stride, padding, dilation, "max_pool2d")
-  x = x.pad(pads, value=-math.inf) if any(p != (0, 0) for p in pads) else x
-  _check_window_fits(x.shape[-2:], kernel, dilations, "max_pool2d")
-  return sliding_windows(x, kernel, strides, dilations).max((-2, -1))
+               dilation: IntOrPair = 1, ceil_mode: bool = False) -> Tensor:
+  """Max over kernel windows of (N, C, H, W) or (C, H, W), as torch: stride defaults to kernel_size, padding is
+  -inf, ceil_mode keeps a last partial window."""
+  return max_pool(x, 2, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def max_pool3d(x: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
+               dilation: IntOrPair = 1, ceil_mode: bool = False) -> Tensor:
+  return max_pool(x, 3, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+# avg_pool's fifth positional argument is count_include_pad (minigrad's earlier order); ceil_mode and
+# divisor_override are keyword-only so a torch-ordered positional call can't silently mean something else.
+def avg_pool1d(x: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
+               count_include_pad: bool = True, *, ceil_mode: bool = False) -> Tensor:
+  return avg_pool(x, 1, kernel_size, stride, padding, ceil_mode, count_include_pad)
 
 
 def avg_pool2d(x: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
-               count_include_pad: bool = True) -> Tensor:
-  """Mean over kernel windows of (N, C, H, W) or (C, H, W). With count_include_pad=False the zero padding is left
-  out of each window's count (as torch)."""
-  kernel, strides, dilations, pads = _pool_setup(x, kernel_size, stride, padding, 1, "avg_pool2d")
-  padded = x.pad(pads)
-  _check_window_fits(padded.shape[-2:], kernel, dilations, "avg_pool2d")
-  total = sliding_windows(padded, kernel, strides, dilations).sum((-2, -1))
-  if count_include_pad or all(p == (0, 0) for p in pads): return total / prod(kernel)
-  ones = Tensor.ones(*x.shape[-2:], dtype=total.dtype, device=x.device).pad(pads[-2:])
-  counts = sliding_windows(ones, kernel, strides, dilations).sum((-2, -1))
-  return total / counts
+               count_include_pad: bool = True, *, ceil_mode: bool = False, divisor_override: int | None = None) -> Tensor:
+  """Mean over kernel windows of (N, C, H, W) or (C, H, W), as torch: with count_include_pad=False the zero
+  padding is left out of each window's count; divisor_override replaces the count."""
+  return avg_pool(x, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def avg_pool3d(x: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
+               count_include_pad: bool = True, *, ceil_mode: bool = False, divisor_override: int | None = None) -> Tensor:
+  return avg_pool(x, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+# ---------------------------------------------------------------- interpolation
+
+LINEAR_MODES = {"linear": 1, "bilinear": 2, "trilinear": 3}
+INTERPOLATE_MODES = ("nearest", "nearest-exact", "area") + tuple(LINEAR_MODES)
+
+
+def _source_index_nearest(in_size: int, out_size: int, scale: float | None, exact: bool, real: type) -> np.ndarray:
+  """torch's nearest / nearest-exact source index per output index, in the same float precision torch uses."""
+  ratio = real(1.0 / scale) if scale else real(in_size) / real(out_size)
+  dst = np.arange(out_size).astype(real) + (real(0.5) if exact else real(0))
+  return np.minimum(np.floor(dst * ratio).astype(np.int64), in_size - 1)
+
+
+def _resample_matrix(in_size: int, out_size: int, scale: float | None, mode: str, align_corners: bool, real: type) -> np.ndarray:
+  """(out, in) weights: output element o = sum_i W[o, i] * input element i along one dim."""
+  weights = np.zeros((out_size, in_size), dtype=np.float64)
+  rows = np.arange(out_size)
+  if mode in ("nearest", "nearest-exact"):
+    weights[rows, _source_index_nearest(in_size, out_size, scale, mode == "nearest-exact", real)] = 1
+  elif mode == "area":   # adaptive average pooling: window [floor(o*in/out), ceil((o+1)*in/out))
+    for o in rows:
+      start, end = (o * in_size) // out_size, -((-(o + 1) * in_size) // out_size)
+      weights[o, start:end] = 1.0 / (end - start)
+  elif in_size == out_size: weights[rows, rows] = 1
+  else:
+    if align_corners: ratio = real(in_size - 1) / real(out_size - 1) if out_size > 1 else real(0)
+    else: ratio = real(1.0 / scale) if scale else real(in_size) / real(out_size)
+    dst = rows.astype(real)
+    source = ratio * dst if align_corners else np.maximum(ratio * (dst + real(0.5)) - real(0.5), real(0))
+    low = np.minimum(np.floor(source).astype(np.int64), in_size - 1)
+    fraction = np.clip(source - low.astype(real), 0, 1)
+    high = np.where(low < in_size - 1, low + 1, low)
+    np.add.at(weights, (rows, low), 1 - fraction)
+    np.add.at(weights, (rows, high), fraction)
+  return weights
+
+
+def _resample_axis(x: Tensor, axis: int, out_size: int, scale: float | None, mode: str, align_corners: bool) -> Tensor:
+  in_size = x.shape[axis]
+  real = np.float64 if x.dtype == dtypes.float64 else np.float32
+  if mode in ("nearest", "nearest-exact"):
+    source = _source_index_nearest(in_size, out_size, scale, mode == "nearest-exact", real)
+    if out_size % in_size == 0 and np.array_equal(source, np.arange(out_size) // (out_size // in_size)):   # repeat: a view
+      repeat = out_size // in_size
+      shape = x.shape[:axis] + (in_size, repeat) + x.shape[axis + 1:]
+      return x.unsqueeze(axis + 1).expand(shape).reshape(x.shape[:axis] + (out_size,) + x.shape[axis + 1:])
+    if in_size % out_size == 0 and np.array_equal(source, np.arange(out_size) * (in_size // out_size)):      # subsample: a view
+      step = in_size // out_size
+      t = x.reshape(x.shape[:axis] + (out_size, step) + x.shape[axis + 1:])
+      return t.shrink(tuple((0, 1) if d == axis + 1 else None for d in range(t.ndim))).reshape(x.shape[:axis] + (out_size,) + x.shape[axis + 1:])
+  weights = _resample_matrix(in_size, out_size, scale, mode, align_corners, real)
+  moved = x.transpose(axis, -1).unsqueeze(-2)                                     # (..., 1, in)
+  if mode in ("nearest", "nearest-exact"):   # pick, don't multiply: keeps ints exact and inf/nan where they were
+    picked = Tensor(weights > 0, device=x.device).where(moved, 0)._reduce_keep_dtype("sum", -1, False)
+  else:
+    floating = moved if dtypes.is_float(moved.dtype) else moved.cast(dtypes.default_float)
+    picked = (floating * Tensor(weights.astype(real), device=x.device).cast(floating.dtype)).sum(-1)
+  return picked.transpose(axis, -1)
+
+
+def interpolate(x: Tensor, size: int | Sequence[int] | None = None, scale_factor: float | Sequence[float] | None = None,
+                mode: str = "nearest", align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
+                antialias: bool = False) -> Tensor:
+  """Resize the spatial dims of (N, C, *spatial), as torch.nn.functional.interpolate: modes 'nearest',
+  'nearest-exact', 'linear' (3-d input), 'bilinear' (4-d), 'trilinear' (5-d) and 'area'. Give `size` or
+  `scale_factor` (the output size is floor(size * factor) and, unless recompute_scale_factor, 1/factor maps output
+  to input coordinates as in torch). Each dim is resampled separately, by a repeat/stride view when nearest
+  scales by an integer and otherwise by a small (out, in) weight matrix."""
+  if mode not in INTERPOLATE_MODES or x.ndim not in (3, 4, 5):
+    raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {x.ndim}D, shape {x.shape}) for the "
+                              f"modes: {' | '.join(INTERPOLATE_MODES)} (got {mode})")
+  dims = x.ndim - 2
+  if mode in LINEAR_MODES and LINEAR_MODES[mode] != dims:
+    raise NotImplementedError(f"Got {x.ndim}D input (shape {x.shape}), but {mode} mode needs {LINEAR_MODES[mode] + 2}D input")
+  if align_corners is not None and mode not in LINEAR_MODES:
+    raise ValueError(f"align_corners option can only be set with the interpolating modes: {' | '.join(LINEAR_MODES)} (got {mode})")
+  if antialias: raise NotImplementedError("interpolate: antialias=True is not supported")
+  if (size is None) == (scale_factor is None):
+    raise ValueError("only one of size or scale_factor should be defined" if size is not None else "either size or scale_factor should be defined")
+  spatial = x.shape[2:]
+  if size is not None:
+    sizes = (size,) * dims if isinstance(size, (int, np.integer)) else tuple(size)
+    scales: tuple[float | None, ...] = (None,) * dims
+    given = sizes
+  else:
+    factors = (scale_factor,) * dims if isinstance(scale_factor, (int, float)) else tuple(scale_factor)   # type: ignore[arg-type]
+    given = factors
+    sizes = tuple(int(math.floor(s * float(f))) for s, f in zip(spatial, factors)) if len(factors) == dims else ()
+    scales = (None,) * dims if recompute_scale_factor else tuple(float(f) for f in factors)
+  if len(given) != dims:
+    raise ValueError(f"Input and output must have the same number of spatial dimensions, but got input with spatial dimensions of "
+                     f"{list(spatial)} and output size of {tuple(given)}")
+  if min(sizes) <= 0 or min(spatial) <= 0:
+    raise RuntimeError(f"Input and output sizes should be greater than 0, but got input {tuple(spatial)} and output {tuple(sizes)}")
+  for d in range(dims):
+    if sizes[d] != spatial[d] or mode == "area" or (scales[d] and scales[d] != 1.0):
+      x = _resample_axis(x, 2 + d, int(sizes[d]), scales[d], mode, bool(align_corners))
+  return x
+
+
+# ---------------------------------------------------------------- attention and softmax
+
+def softmax(x: Tensor, dim: int = -1, dtype: object = None) -> Tensor:
+  """torch.nn.functional.softmax: x cast to `dtype` first when given."""
+  return (x.cast(dtype) if dtype is not None else x).softmax(dim)
+
+
+def log_softmax(x: Tensor, dim: int = -1, dtype: object = None) -> Tensor:
+  """torch.nn.functional.log_softmax: x cast to `dtype` first when given."""
+  return (x.cast(dtype) if dtype is not None else x).log_softmax(dim)
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Tensor:
+  """softmax(query @ key^T * scale + mask) @ value, as torch: query (..., L, E), key (..., S, E), value (..., S, Ev);
+  scale defaults to 1/sqrt(E). attn_mask: bool (True = may attend) or float (added), broadcast to (..., L, S);
+  is_causal masks j > i. Rows with nothing to attend to give 0 (torch's safe softmax). Dropout on the attention
+  weights applies only while Tensor.training (like minigrad's dropout). enable_gqa repeats key/value heads (dim -3)
+  to match the query's."""
+  for name, t in (("query", query), ("key", key), ("value", value)):
+    if t.ndim < 2: raise RuntimeError(f"scaled_dot_product_attention: {name} must have at least 2 dims (..., L, E), got shape {t.shape}")
+  if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+    raise RuntimeError(f"scaled_dot_product_attention: query {query.shape}, key {key.shape} and value {value.shape} don't fit: "
+                       f"need query (..., L, E), key (..., S, E), value (..., S, Ev)")
+  if is_causal and attn_mask is not None: raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+  if not 0.0 <= dropout_p <= 1.0: raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
+  if enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+    heads, kv_heads = query.shape[-3], key.shape[-3]
+    if heads % kv_heads:
+      raise RuntimeError(f"scaled_dot_product_attention: query heads {heads} (shape {query.shape}) must be a multiple of key/value heads "
+                         f"{kv_heads} (shape {key.shape}) with enable_gqa")
+    def repeat_heads(t: Tensor) -> Tensor:
+      shape = t.shape[:-3] + (kv_heads, heads // kv_heads) + t.shape[-2:]
+      return t.unsqueeze(-3).expand(shape).reshape(t.shape[:-3] + (heads,) + t.shape[-2:])
+    key, value = repeat_heads(key), repeat_heads(value)
+  factor = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+  scores = (query @ key.transpose(-2, -1)) * factor
+  length, source = query.shape[-2], key.shape[-2]
+  if is_causal:
+    rows, cols = Tensor.arange(length, device=query.device), Tensor.arange(source, device=query.device)
+    attn_mask = rows.unsqueeze(-1) >= cols
+  if attn_mask is not None:
+    scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
+    nothing = scores.max(-1, keepdim=True).detach().eq(-math.inf)        # rows where every score is masked
+    weights = nothing.where(0.0, nothing.where(0.0, scores).softmax(-1))
+  else: weights = scores.softmax(-1)
+  if dropout_p > 0 and Tensor.training: weights = dropout(weights, dropout_p)
+  return weights @ value
 
 
 # ---------------------------------------------------------------- dropout and normalization

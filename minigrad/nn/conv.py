@@ -1,0 +1,305 @@
+"""Convolution and pooling in any number of spatial dims, built from public Tensor ops (gradients from autograd).
+
+Input: Tensors laid out as torch lays them out ((N, C, *spatial) or unbatched (C, *spatial); conv weights
+(C_out, C_in // groups, *kernel), transposed-conv weights (C_in, C_out // groups, *kernel)) and Python
+hyper-parameters. Output: lazy Tensors. Nothing here copies data: kernel windows are zero-copy strided views
+(pad, then a repeat/reshape/shrink trick), reduced with broadcast-multiply-sum, max or sum.
+
+A transposed convolution is the convolution of the input with zeros inserted between its elements (stride - 1 of
+them), padded by dilation*(kernel-1) - padding, against the spatially flipped kernel with in/out channels swapped.
+
+Bad arguments raise `ArgumentError` (a RuntimeError, as torch raises, and a ValueError) before any graph is built,
+with messages naming the shapes and parameters involved.
+"""
+from __future__ import annotations
+from typing import Sequence
+import math
+import numpy as np
+from minigrad.dtype import dtypes
+from minigrad.helpers import prod
+from minigrad.tensor import Tensor
+
+IntOrPair = int | Sequence[int]
+
+
+class ArgumentError(RuntimeError, ValueError):
+  """A bad convolution or pooling argument. torch raises RuntimeError for these; it is also a ValueError so
+  code written against minigrad's earlier conv2d/pool errors keeps working."""
+
+
+def _ntuple(value: IntOrPair, name: str, count: int = 2) -> tuple[int, ...]:
+  """7 -> (7,) * count; a sequence of `count` ints stays; anything else is an ArgumentError naming the argument."""
+  if isinstance(value, (int, np.integer)) and not isinstance(value, bool): values: tuple[int, ...] = (int(value),) * count
+  else:
+    try: values = tuple(value)   # type: ignore[arg-type]
+    except TypeError: values = ()
+    if len(values) == 1: values = values * count
+  if len(values) != count or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
+    raise ArgumentError(f"expected {name} to be a single integer value or a list of {count} values to match the "
+                        f"{count} spatial dimensions, but got {name}={value!r}")
+  return tuple(int(v) for v in values)
+
+
+def _ceil_div(a: int, b: int) -> int: return -(-a // b)
+
+
+def _sizes(values: Sequence[int]) -> str: return " x ".join(str(v) for v in values)
+
+
+# ---------------------------------------------------------------- sliding windows (zero-copy)
+
+def _windows_along(x: Tensor, axis: int, kernel: int, stride: int, dilation: int) -> Tensor:
+  """Split dim `axis` (size n) into (out, kernel) with view[..., o, k, ...] = x[..., o*stride + k*dilation, ...].
+
+  Repeat the row `reps` times and flatten (a stride-0 view reshaped), so element j of the long row is
+  x[j mod n]. Reading it as `kernel` rows of length L = n*f + dilation shifts each row by dilation against the
+  previous one (row a starts at x[a*dilation]). Keeping every stride-th column of the first out*stride columns
+  picks x[o*stride + a*dilation]. f = 2 only when out*stride would not fit in a row of length n + dilation."""
+  n = x.shape[axis]
+  out = (n - dilation * (kernel - 1) - 1) // stride + 1
+  row = n * (1 if out * stride <= n + dilation else 2) + dilation
+  reps = _ceil_div(kernel * row, n)
+  before, after = x.shape[:axis], x.shape[axis + 1:]
+
+  def keep(t: Tensor, dim: int, end: int) -> Tensor:
+    return t.shrink(tuple((0, end) if d == dim else None for d in range(t.ndim)))
+
+  x = x.reshape(before + (1, n) + after).expand(before + (reps, n) + after).reshape(before + (reps * n,) + after)
+  x = keep(x, axis, kernel * row).reshape(before + (kernel, row) + after)
+  x = keep(x, axis + 1, out * stride).reshape(before + (kernel, out, stride) + after)
+  x = keep(x, axis + 2, 1).reshape(before + (kernel, out) + after)
+  order = list(range(x.ndim))
+  order[axis], order[axis + 1] = axis + 1, axis
+  return x.permute(order)
+
+
+def sliding_windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> Tensor:
+  """(..., *spatial) -> (..., *out, *kernel): every kernel window of the last len(kernel) dims, as a view.
+  out = (size - dilation*(kernel-1) - 1) // stride + 1 per spatial dim (the caller pads beforehand)."""
+  dims = len(kernel)
+  lead = x.ndim - dims
+  for i in range(dims):
+    x = _windows_along(x, lead + 2 * i, kernel[i], stride[i], dilation[i])   # dims become (..., o0, k0, o1, k1, ...)
+  return x.permute(tuple(range(lead)) + tuple(lead + 2 * i for i in range(dims)) + tuple(lead + 2 * i + 1 for i in range(dims)))
+
+
+# ---------------------------------------------------------------- convolution
+
+def _positive(values: tuple[int, ...], name: str, what: str) -> None:
+  if min(values) < 1: raise ArgumentError(f"{what}: non-positive {name} is not supported, got {name}={values}")
+
+
+def _conv_padding(padding: IntOrPair | str, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
+                  what: str) -> tuple[tuple[int, int], ...]:
+  """((before, after), ...) per spatial dim from torch's padding forms: an int, one int per dim, 'valid', 'same'.
+  'same' puts the odd element of an even total on the right, as torch does."""
+  dims = len(kernel)
+  if isinstance(padding, str):
+    if padding == "valid": return ((0, 0),) * dims
+    if padding != "same": raise ArgumentError(f"{what}: Invalid padding string: {padding!r} (use an int, a tuple, 'valid' or 'same')")
+    if any(s != 1 for s in stride): raise ArgumentError(f"{what}: padding='same' is not supported for strided convolutions (stride {tuple(stride)})")
+    total = [d * (k - 1) for k, d in zip(kernel, dilation)]
+    return tuple((t // 2, t - t // 2) for t in total)
+  pads = _ntuple(padding, "padding", dims)
+  if min(pads) < 0: raise ArgumentError(f"{what}: negative padding is not supported, got padding={pads}")
+  return tuple((p, p) for p in pads)
+
+
+def _check_batched(x: Tensor, dims: int, what: str) -> None:
+  if x.ndim not in (dims + 1, dims + 2):
+    raise ArgumentError(f"Expected {dims + 1}D (unbatched) or {dims + 2}D (batched) input to {what}, but got input of shape {x.shape}")
+
+
+def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPair = 1, padding: IntOrPair | str = 0,
+         dilation: IntOrPair = 1, groups: int = 1) -> Tensor:
+  """N-d cross-correlation (N = weight.ndim - 2), as torch.nn.functional.conv1d/2d/3d. x: (batch, C_in, *spatial)
+  or (C_in, *spatial); weight: (C_out, C_in // groups, *kernel); bias: (C_out,).
+  padding: an int, one int per spatial dim, 'valid' or 'same'."""
+  dims = weight.ndim - 2
+  what = f"conv{dims}d"
+  if dims < 1: raise ArgumentError(f"conv: weight must have at least 3 dims (C_out, C_in/groups, *kernel), got shape {weight.shape}")
+  _check_batched(x, dims, what)
+  if x.ndim == dims + 1: return conv(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups).squeeze(0)
+  if not isinstance(groups, int) or groups < 1: raise ArgumentError(f"{what}: non-positive groups is not supported, got groups={groups!r}")
+  n, c_in = x.shape[:2]
+  c_out, c_group, kernel = weight.shape[0], weight.shape[1], weight.shape[2:]
+  if c_out % groups:
+    raise ArgumentError(f"{what}: Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, but got "
+                        f"weight of shape {weight.shape} instead")
+  if c_in != c_group * groups:
+    raise ArgumentError(f"{what}: Given groups={groups}, expected input of shape {x.shape} to have {c_group * groups} channels "
+                        f"(weight of shape {weight.shape}), but got {c_in} channels instead")
+  if bias is not None and bias.shape != (c_out,):
+    raise ArgumentError(f"{what}: Given weight of shape {weight.shape}, expected bias to be 1-dimensional with {c_out} elements, "
+                        f"but got bias of shape {bias.shape} instead")
+  strides, dilations = _ntuple(stride, "stride", dims), _ntuple(dilation, "dilation", dims)
+  _positive(strides, "stride", what)
+  _positive(dilations, "dilation", what)
+  pads = _conv_padding(padding, kernel, strides, dilations, what)
+  padded = tuple(s + b + a for s, (b, a) in zip(x.shape[2:], pads))
+  reach = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilations))
+  if any(p < r for p, r in zip(padded, reach)):
+    raise ArgumentError(f"{what}: Calculated padded input size per channel: ({_sizes(padded)}). Kernel size: ({_sizes(reach)}). "
+                        f"Kernel size can't be greater than actual input size (input shape {x.shape}, weight shape {weight.shape}; the kernel size includes dilation)")
+  out_sizes = tuple((p - r) // s + 1 for p, r, s in zip(padded, reach, strides))
+  if x.numel() == 0 or weight.numel() == 0:
+    out = Tensor.zeros(n, c_out, *out_sizes, dtype=x.dtype, device=x.device)
+    return out if bias is None else out + bias.reshape((1, c_out) + (1,) * dims)
+  x = x.pad(((0, 0), (0, 0)) + pads)
+  win = sliding_windows(x, kernel, strides, dilations)                                # (N, C_in, *out, *kernel)
+  win = win.reshape((n, groups, 1, c_group) + out_sizes + tuple(kernel))
+  w = weight.reshape((1, groups, c_out // groups, c_group) + (1,) * dims + tuple(kernel))
+  reduce_axes = (3,) + tuple(range(4 + dims, 4 + 2 * dims))
+  out = (win * w).sum(reduce_axes).reshape((n, c_out) + out_sizes)
+  return out if bias is None else out + bias.reshape((1, c_out) + (1,) * dims)
+
+
+def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPair = 1, padding: IntOrPair = 0,
+                   output_padding: IntOrPair = 0, groups: int = 1, dilation: IntOrPair = 1) -> Tensor:
+  """N-d transposed convolution (the gradient of conv with respect to its input), as
+  torch.nn.functional.conv_transpose1d/2d/3d. x: (batch, C_in, *spatial) or (C_in, *spatial);
+  weight: (C_in, C_out // groups, *kernel). Output size per dim:
+  (size - 1)*stride - 2*padding + dilation*(kernel - 1) + output_padding + 1."""
+  dims = weight.ndim - 2
+  what = f"conv_transpose{dims}d"
+  if dims < 1: raise ArgumentError(f"conv_transpose: weight must have at least 3 dims (C_in, C_out/groups, *kernel), got shape {weight.shape}")
+  _check_batched(x, dims, what)
+  if x.ndim == dims + 1:
+    return conv_transpose(x.unsqueeze(0), weight, bias, stride, padding, output_padding, groups, dilation).squeeze(0)
+  if not isinstance(groups, int) or groups < 1: raise ArgumentError(f"{what}: non-positive groups is not supported, got groups={groups!r}")
+  n, c_in = x.shape[:2]
+  kernel = weight.shape[2:]
+  if weight.shape[0] % groups:
+    raise ArgumentError(f"{what}: Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, but got "
+                        f"weight of shape {weight.shape} instead")
+  if weight.shape[0] != c_in:
+    raise ArgumentError(f"{what}: Given transposed=1, expected input of shape {x.shape} to have {weight.shape[0]} channels "
+                        f"(weight of shape {weight.shape}), but got {c_in} channels instead")
+  c_out = weight.shape[1] * groups
+  if bias is not None and bias.shape != (c_out,):
+    raise ArgumentError(f"{what}: Given transposed=1, weight of shape {weight.shape}, expected bias to be 1-dimensional with "
+                        f"{c_out} elements, but got bias of shape {bias.shape} instead")
+  strides, dilations = _ntuple(stride, "stride", dims), _ntuple(dilation, "dilation", dims)
+  pads, extra = _ntuple(padding, "padding", dims), _ntuple(output_padding, "output_padding", dims)
+  _positive(strides, "stride", what)
+  _positive(dilations, "dilation", what)
+  if min(pads) < 0: raise ArgumentError(f"{what}: negative padding is not supported, got padding={pads}")
+  if min(extra) < 0 or any(e >= s and e >= d for e, s, d in zip(extra, strides, dilations)):
+    raise ArgumentError(f"{what}: output padding must be smaller than either stride or dilation, but got output_padding={extra}, "
+                        f"stride={strides}, dilation={dilations}")
+  out_sizes = tuple((size - 1) * s - 2 * p + d * (k - 1) + e + 1
+                    for size, s, p, d, k, e in zip(x.shape[2:], strides, pads, dilations, kernel, extra))
+  if min(out_sizes) < 1:
+    raise ArgumentError(f"{what}: Given input size per channel: ({_sizes(x.shape[2:])}). Calculated output size per channel: "
+                        f"({_sizes(out_sizes)}). Output size is too small (weight shape {weight.shape}, padding={pads})")
+  # insert stride-1 zeros between input elements, then pad by dilation*(kernel-1) - padding (negative crops)
+  for i, s in enumerate(strides):
+    if s == 1: continue
+    axis = 2 + i
+    size = x.shape[axis]
+    spaced = x.unsqueeze(axis + 1).pad(tuple((0, s - 1) if d == axis + 1 else (0, 0) for d in range(x.ndim + 1)))
+    x = spaced.reshape(x.shape[:axis] + (size * s,) + x.shape[axis + 1:])
+    x = x.shrink(tuple((0, (size - 1) * s + 1) if d == axis else None for d in range(x.ndim)))
+  around = tuple((d * (k - 1) - p, d * (k - 1) - p + e) for d, k, p, e in zip(dilations, kernel, pads, extra))
+  x = x.pad(((0, 0), (0, 0)) + around)
+  spatial = tuple(range(2, 2 + dims))
+  w = weight.reshape((groups, c_in // groups, c_out // groups) + tuple(kernel)).transpose(1, 2)
+  w = w.reshape((c_out, c_in // groups) + tuple(kernel)).flip(spatial)
+  return conv(x, w, bias, 1, 0, dilations, groups)
+
+
+# ---------------------------------------------------------------- pooling
+
+def _pool_geometry(x: Tensor, dims: int, kernel_size: IntOrPair, stride: IntOrPair | None, padding: IntOrPair,
+                   dilation: IntOrPair, ceil_mode: bool, what: str) -> tuple[tuple[int, ...], ...]:
+  """Check pooling arguments; return (kernel, stride, dilation, padding, output sizes, extra right padding)."""
+  if x.ndim not in (dims + 1, dims + 2):
+    raise ArgumentError(f"{what}: expected a {dims + 1}-d (C, *spatial) or {dims + 2}-d (N, C, *spatial) input, got shape {x.shape}")
+  kernel = _ntuple(kernel_size, "kernel_size", dims)
+  strides = kernel if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else _ntuple(stride, "stride", dims)
+  pads, dilations = _ntuple(padding, "padding", dims), _ntuple(dilation, "dilation", dims)
+  if min(kernel) < 1: raise ArgumentError(f"{what}: kernel_size must be greater than zero, but got kernel_size={kernel}")
+  if min(strides) < 1: raise ArgumentError(f"{what}: stride should be greater than zero, but got stride={strides}")
+  if min(dilations) < 1: raise ArgumentError(f"{what}: dilation should be greater than zero, but got dilation={dilations}")
+  if min(pads) < 0: raise ArgumentError(f"{what}: pad must be non-negative, but got padding={pads}")
+  if any(p > k // 2 for p, k in zip(pads, kernel)):
+    raise ArgumentError(f"{what}: pad should be at most half of kernel size, but got padding={pads} and kernel_size={kernel}")
+  spatial = x.shape[-dims:]
+  outs, extras = [], []
+  for size, k, s, p, d in zip(spatial, kernel, strides, pads, dilations):
+    span = size + 2 * p - d * (k - 1) - 1
+    out = (span + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and out > 0 and (out - 1) * s >= size + p: out -= 1   # the last window must start inside input or left pad
+    outs.append(out)
+    extras.append(max(0, (out - 1) * s + d * (k - 1) + 1 - (size + 2 * p)))
+  if min(outs) < 1:
+    raise ArgumentError(f"{what}: Given input size: ({'x'.join(map(str, x.shape[-dims - 1:]))}). Calculated output size: "
+                        f"({'x'.join(map(str, (x.shape[-dims - 1],) + tuple(outs)))}). Output size is too small "
+                        f"(kernel_size={kernel}, stride={strides}, padding={pads}, dilation={dilations})")
+  return kernel, strides, dilations, pads, tuple(outs), tuple(extras)
+
+
+def _pooled_windows(x: Tensor, dims: int, kernel: tuple[int, ...], strides: tuple[int, ...], dilations: tuple[int, ...],
+                    pads: tuple[int, ...], outs: tuple[int, ...], extras: tuple[int, ...], value: float) -> Tensor:
+  lead = x.ndim - dims
+  padded = x.pad(((0, 0),) * lead + tuple((p, p + e) for p, e in zip(pads, extras)), value=value)
+  win = sliding_windows(padded, kernel, strides, dilations)
+  return win.shrink(tuple((0, s) for s in win.shape[:lead]) + tuple((0, o) for o in outs) + tuple((0, k) for k in kernel))
+
+
+def max_pool(x: Tensor, dims: int, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
+             dilation: IntOrPair = 1, ceil_mode: bool = False) -> Tensor:
+  """Max over kernel windows of the last `dims` dims of (N, C, *spatial) or (C, *spatial), as torch's max_poolNd:
+  stride defaults to kernel_size, padding counts as -inf, ceil_mode keeps a last partial window that starts
+  inside the input or the left padding."""
+  what = f"max_pool{dims}d"
+  kernel, strides, dilations, pads, outs, extras = _pool_geometry(x, dims, kernel_size, stride, padding, dilation, ceil_mode, what)
+  lowest = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
+  win = _pooled_windows(x, dims, kernel, strides, dilations, pads, outs, extras, lowest)
+  kernel_axes = tuple(range(-dims, 0))
+  if not (x.requires_grad and Tensor.grad_enabled): return win.max(kernel_axes)
+  # With gradients: torch sends each window's gradient to its first maximum (row-major in the window), where a
+  # plain max would share it between ties (common after relu). Pick that element with a one-hot mask and sum.
+  flat = win.reshape(win.shape[:-dims] + (prod(kernel),))
+  is_max = flat.eq(flat.max(-1, keepdim=True).detach()) | flat.ne(flat)
+  count = flat.shape[-1]
+  from_end = count - Tensor.arange(count, device=x.device)
+  first = count - is_max.where(from_end, 0).max(-1, keepdim=True)          # position of the first maximum
+  return first.eq(Tensor.arange(count, device=x.device)).where(flat, 0).sum(-1)
+
+
+def _window_counts(size: int, kernel: int, stride: int, pad: int, out: int, count_include_pad: bool) -> np.ndarray:
+  """How many elements each output's window averages over, along one dim (torch's avg_pool divisor): the window
+  clipped to the padded input (count_include_pad) or to the input itself (not counting padding)."""
+  starts = np.arange(out) * stride - pad
+  ends = np.minimum(starts + kernel, size + pad)
+  if not count_include_pad: starts, ends = np.maximum(starts, 0), np.minimum(ends, size)
+  return (ends - starts).astype(np.float64)
+
+
+def avg_pool(x: Tensor, dims: int, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
+             ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+  """Mean over kernel windows of the last `dims` dims of (N, C, *spatial) or (C, *spatial), as torch's avg_poolNd:
+  zero padding counted in each window's size (count_include_pad) or not, and windows that ceil_mode adds past the
+  padding never counted; divisor_override replaces the count."""
+  what = f"avg_pool{dims}d"
+  kernel, strides, dilations, pads, outs, extras = _pool_geometry(x, dims, kernel_size, stride, padding, 1, ceil_mode, what)
+  if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override == 0):
+    raise ArgumentError(f"{what}: divisor must be not zero, got divisor_override={divisor_override!r}")
+  win = _pooled_windows(x, dims, kernel, strides, dilations, pads, outs, extras, 0)
+  total = win.sum(tuple(range(-dims, 0)))
+  if not dtypes.is_float(x.dtype):   # integer averages truncate toward zero and keep the dtype, as torch's int64 pool
+    return (_averaged(total.cast(dtypes.float64), x, dims, kernel, strides, pads, outs, count_include_pad, divisor_override)
+            .trunc().cast(x.dtype))
+  return _averaged(total, x, dims, kernel, strides, pads, outs, count_include_pad, divisor_override)
+
+
+def _averaged(total: Tensor, x: Tensor, dims: int, kernel: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...],
+              outs: tuple[int, ...], count_include_pad: bool, divisor_override: int | None) -> Tensor:
+  """Window sums divided by divisor_override or by each window's element count."""
+  if divisor_override is not None: return total / divisor_override
+  counts = [_window_counts(size, k, s, p, o, count_include_pad) for size, k, s, p, o in zip(x.shape[-dims:], kernel, strides, pads, outs)]
+  if all(np.all(c == c[0]) for c in counts) and all(c[0] == k for c, k in zip(counts, kernel)): return total / prod(kernel)
+  divisor = counts[0]
+  for c in counts[1:]: divisor = np.multiply.outer(divisor, c)
+  return total / Tensor(divisor.astype(np.float32), device=x.device).cast(total.dtype)
