@@ -1,7 +1,9 @@
 """Data types shared by every stage: scalar, vector and pointer dtypes, numpy conversion and torch-style promotion.
 
-Input: nothing (a leaf module). Output: `DType` values, the `dtypes` namespace, `to_numpy`, `from_numpy`,
-`promote_types` (tensor op tensor) and `result_type_with_scalar` (tensor op Python number).
+Input: nothing (a leaf module). Output: `DType` values, the `dtypes` namespace, `to_dtype` (from a DType, a name,
+a numpy or torch dtype), `to_numpy` / `from_numpy`, torch's type promotion (`promote_types` for two dtypes,
+`result_type` for operands that are tensors, 0-d tensors or Python numbers), `truncate` (a Python number as a
+dtype holds it) and `DTypeError`, raised when an op doesn't support a dtype.
 """
 from __future__ import annotations
 from dataclasses import dataclass
@@ -40,6 +42,11 @@ class PtrDType(DType):
   local: bool = False
 
   def __repr__(self) -> str: return f"{self.base!r}.ptr({'local=True' if self.local else ''})"
+
+
+class DTypeError(NotImplementedError, TypeError):
+  """An op doesn't support a dtype (bitwise ops on floats, unsupported promotions, bad bitcasts). It is a TypeError,
+  as Python code expects, and a RuntimeError/NotImplementedError, the classes torch raises for these cases."""
 
 
 class dtypes:
@@ -99,8 +106,13 @@ class dtypes:
   @staticmethod
   def from_name(name: str) -> DType:
     found = NAMED.get(name)
-    if found is None: raise TypeError(f"unknown dtype {name!r}; known: {sorted(NAMED)}")
+    if found is None: raise TypeError(f"unknown dtype name {name!r}; known names: {', '.join(sorted(NAMED))}")
     return found
+
+  @staticmethod
+  def mantissa_bits(dt: DType) -> int:
+    """Significand bits of a float dtype, the implicit leading bit included (float32: 24)."""
+    return {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float32: 24, dtypes.float64: 53}[dt.scalar()]
 
 
 UNSIGNED = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
@@ -108,18 +120,26 @@ SIGNED = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 INTS = UNSIGNED + SIGNED
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 ALL_DTYPES = (dtypes.bool,) + INTS + FLOATS
+# torch / numpy spellings and the C-like names of tinygrad
 NAMED = {**{d.name: d for d in ALL_DTYPES}, "float32": dtypes.float32, "float64": dtypes.float64,
          "float16": dtypes.float16, "int32": dtypes.int32, "int64": dtypes.int64, "int8": dtypes.int8,
          "uint8": dtypes.uint8, "int16": dtypes.int16, "uint16": dtypes.uint16, "uint32": dtypes.uint32,
-         "uint64": dtypes.uint64}
+         "uint64": dtypes.uint64, "bool_": dtypes.bool, "bf16": dtypes.bfloat16}
+# unsigned types torch only half supports: they don't promote with any other integer type (or bool)
+LIMITED_UNSIGNED = (dtypes.uint16, dtypes.uint32, dtypes.uint64)
 
 
 def to_dtype(value: Any) -> DType:
-  """A DType from a DType, a name ("float32", "half") or a numpy dtype/type; TypeError for anything else."""
+  """A DType from a DType, a name ("float32", "half", "bfloat16"), a numpy dtype/type or a torch dtype.
+  TypeError for anything else, naming the value."""
   if isinstance(value, DType): return value
   if isinstance(value, str): return dtypes.from_name(value)
-  try: return from_numpy(np.dtype(value))
-  except TypeError as e: raise TypeError(f"can't use {value!r} as a dtype: {e}") from None
+  text = str(value)
+  if text.startswith("torch."): return dtypes.from_name(text[len("torch."):])
+  if value is None or isinstance(value, (bool, int, float)): raise TypeError(f"can't use {value!r} as a dtype")
+  try: npdt = np.dtype(value)
+  except TypeError: raise TypeError(f"can't use {value!r} as a dtype") from None
+  return from_numpy(npdt)
 
 
 def to_numpy(dt: DType) -> np.dtype:
@@ -130,36 +150,85 @@ def to_numpy(dt: DType) -> np.dtype:
 
 
 def from_numpy(npdt: np.dtype | type) -> DType:
+  """The DType of a numpy dtype (either byte order)."""
   npdt = np.dtype(npdt)
+  if npdt.byteorder not in "=|": npdt = npdt.newbyteorder("=")
   for d in ALL_DTYPES:
     if d.fmt is not None and np.dtype(d.fmt) == npdt: return d
-  raise TypeError(f"numpy dtype {npdt} is not supported; supported: {[d.name for d in ALL_DTYPES]}")
+  raise TypeError(f"numpy dtype {npdt} is not supported; supported: {', '.join(d.name for d in ALL_DTYPES)}")
 
+
+# ---------------------------------------------------------------- type promotion (torch's rules)
 
 def _category(dt: DType) -> int: return 0 if dtypes.is_bool(dt) else 1 if dtypes.is_int(dt) else 2
 
 
 def promote_types(a: DType, b: DType) -> DType:
-  """The dtype of `a op b` for two tensors, following torch.promote_types."""
+  """The dtype of `a op b` for two tensors of at least one dimension, as torch.promote_types."""
   if a == b: return a
   ca, cb = _category(a), _category(b)
-  if ca != cb: return a if ca > cb else b
-  if ca == 2:
+  if ca == 2 or cb == 2:
+    if ca != cb: return a if ca > cb else b
     if {a, b} == {dtypes.float16, dtypes.bfloat16}: return dtypes.float32
     return a if a.itemsize > b.itemsize else b
+  if a in LIMITED_UNSIGNED or b in LIMITED_UNSIGNED:
+    raise DTypeError(f"Promotion for uint16, uint32, uint64 types is not supported, attempted to promote {a.name} and {b.name}")
+  if ca != cb: return a if ca > cb else b
   # two different integer types
   if dtypes.is_unsigned(a) == dtypes.is_unsigned(b): return a if a.itemsize > b.itemsize else b
   unsigned, signed = (a, b) if dtypes.is_unsigned(a) else (b, a)
-  if unsigned != dtypes.uint8:
-    raise TypeError(f"promotion of {unsigned.name} with {signed.name} is not supported (as in torch)")
-  return signed if signed.itemsize > 1 else dtypes.int16
+  return signed if signed.itemsize > unsigned.itemsize else dtypes.int16   # only uint8 gets here
+
+
+def _scalar_dtype(value: Any) -> DType:
+  """The dtype torch gives a Python number taking part in an op: bool, int64, or the default float."""
+  if isinstance(value, (bool, np.bool_)): return dtypes.bool
+  if isinstance(value, (int, np.integer)): return dtypes.int64
+  if isinstance(value, (float, np.floating)): return dtypes.default_float
+  raise TypeError(f"can't use {type(value).__name__} {value!r} as a number in a Tensor op")
+
+
+def _combine(higher: DType | None, lower: DType | None) -> DType | None:
+  """torch's rule for operands of different priority: the higher one's dtype wins unless the lower one is of a
+  higher category (a float scalar with an int tensor, an int 0-d tensor with a bool tensor)."""
+  if higher is None: return lower
+  if lower is None or dtypes.is_float(higher): return higher
+  if dtypes.is_bool(higher) or dtypes.is_float(lower): return promote_types(higher, lower)
+  return higher
+
+
+def result_type(*operands: tuple[DType, int] | Any) -> DType:
+  """The result dtype of an elementwise op, as torch.result_type. Each operand is a Python number or a pair
+  (dtype, ndim). Tensors with dims outrank 0-d tensors, which outrank Python numbers: a lower-ranked operand
+  only matters when its category (bool < int < float) is higher."""
+  ranked: list[DType | None] = [None, None, None]   # tensors with dims, 0-d tensors, Python numbers
+  for operand in operands:
+    dt, rank = (operand[0], 0 if operand[1] > 0 else 1) if isinstance(operand, tuple) else (_scalar_dtype(operand), 2)
+    ranked[rank] = dt if ranked[rank] is None else promote_types(ranked[rank], dt)
+  result = _combine(ranked[0], _combine(ranked[1], ranked[2]))
+  assert result is not None, "result_type needs at least one operand"
+  return result
 
 
 def result_type_with_scalar(dt: DType, value: Any) -> DType:
   """The dtype of `tensor op python_number`: the tensor's dtype unless the number is of a higher category."""
-  scalar_category = 0 if isinstance(value, bool) else 1 if isinstance(value, int) else 2
-  if scalar_category <= _category(dt): return dt
-  return dtypes.default_float if scalar_category == 2 else dtypes.int64 if _category(dt) == 0 else dt
+  return result_type((dt, 1), value)
+
+
+# ---------------------------------------------------------------- Python numbers as a dtype holds them
+
+def round_to_bfloat16(value: float) -> float:
+  """The bfloat16 nearest to `value` (via float32, ties to even, as torch rounds); NaN stays NaN."""
+  if math.isnan(value): return math.nan
+  with np.errstate(over="ignore"): bits = int(np.array(value, dtype=np.float32).view(np.uint32))
+  bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+  return float(np.array(bits & 0xFFFFFFFF, dtype=np.uint32).view(np.float32))
+
+
+def bfloat16_bits(value: float) -> int:
+  """The 16-bit word of the bfloat16 nearest to `value` (NaN: the quiet NaN 0x7FC0)."""
+  if math.isnan(value): return 0x7FC0
+  return int(np.array(round_to_bfloat16(value), dtype=np.float32).view(np.uint32)) >> 16
 
 
 def truncate(value: Any, dt: DType) -> Any:
@@ -171,6 +240,8 @@ def truncate(value: Any, dt: DType) -> Any:
     v = int(value) & ((1 << bits) - 1)
     return v - (1 << bits) if not dtypes.is_unsigned(dt) and v >= 1 << (bits - 1) else v
   v = float(value)
-  if dt.scalar() in (dtypes.float32, dtypes.float16) and math.isfinite(v):
-    return float(np.array(v, dtype=to_numpy(dt.scalar())))
+  if not math.isfinite(v): return v
+  if dt.scalar() == dtypes.bfloat16: return round_to_bfloat16(v)
+  if dt.scalar() in (dtypes.float32, dtypes.float16):
+    with np.errstate(over="ignore"): return float(np.array(v, dtype=to_numpy(dt.scalar())))
   return v

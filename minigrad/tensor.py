@@ -27,13 +27,20 @@ from minigrad.runtime.device import Device
 Scalar = int | float | bool
 
 
-def _flatten_nested(data: Any) -> Any:
-  """Validate a nested Python list (rectangular) and turn it into a numpy array with torch-like dtypes."""
+def _flatten_nested(data: Any, dtype: DType | None = None) -> Any:
+  """Validate a nested Python list (rectangular) and turn it into a numpy array with torch-like dtypes. With a
+  dtype, the numbers go to it directly (no detour through the default dtypes, which would round or wrap them)."""
+  if dtype is not None:
+    try: return np.array(data, dtype=to_numpy(dtype))
+    except (OverflowError, ValueError, TypeError): pass   # out-of-range ints wrap (below), bad data fails below
   try: arr = np.array(data)
   except ValueError: arr = np.array(None, dtype=object)
   if arr.dtype == object: raise ValueError(f"can't build a tensor from ragged or non-numeric nested sequences: {str(data)[:80]}")
+  if dtype is not None and arr.dtype.kind in "biuf": return arr
   if arr.dtype.kind == "f": return arr.astype(to_numpy(dtypes.default_float))
-  if arr.dtype.kind in "iu": return arr.astype(to_numpy(dtypes.default_int))
+  if arr.dtype.kind in "iu":   # ints the default int can't hold become int64 rather than wrapping
+    fits = arr.size == 0 or dtypes.min(dtypes.default_int) <= arr.min() and arr.max() <= dtypes.max(dtypes.default_int)
+    return arr.astype(to_numpy(dtypes.default_int if fits else dtypes.int64))
   if arr.dtype.kind == "b": return arr
   if arr.size == 0: return arr.astype(to_numpy(dtypes.default_float))
   raise TypeError(f"can't build a tensor from {arr.dtype} data")
@@ -61,7 +68,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
       dt = dtype or (from_numpy(data.dtype) if isinstance(data, np.generic) else dtypes.from_py(data))
       self.uop = const_uop(data, dt, dev, ())
       return
-    if isinstance(data, (list, tuple)): arr = _flatten_nested(data)
+    if isinstance(data, (list, tuple)): arr = _flatten_nested(data, dtype)
     elif isinstance(data, np.ndarray): arr = data
     elif isinstance(data, (bytes, bytearray, memoryview)): arr = np.frombuffer(data, dtype=np.uint8)
     else: raise TypeError(f"can't build a Tensor from {type(data).__name__}")
@@ -207,29 +214,16 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
     count = max(0, math.ceil((stop - start) / step))
     index = Tensor(UOp(Ops.ARANGE, dtypes.int32, (UOp(Ops.DEVICE, arg=Device.canonicalize(device or Device.DEFAULT)),), count))
     if start == 0 and step == 1: return index.cast(dt)
-    return (index.cast(dt) * step + start) if dtypes.is_float(dt) or not is_float else (index * step + start).cast(dt)
+    if dtypes.is_float(dt):   # in float64, then rounded once, as torch computes it
+      return (index.cast(dtypes.float64) * step + start).cast(dt)
+    return (index * step + start).cast(dt) if not is_float else (index.cast(dtypes.float64) * step + start).cast(dt)
 
   @staticmethod
   def manual_seed(seed: int = 0) -> None:
-    Tensor._seed, Tensor._rng_counter = seed, 0
+    """Restart the random generator: the same seed gives the same random tensors, call by call, everywhere."""
+    Tensor._seed, Tensor._rng_counter = int(seed), 0
 
-  @staticmethod
-  def _generator() -> np.random.Generator:
-    """Counter-based (Philox) random streams: the same seed gives the same numbers on every run and device."""
-    Tensor._rng_counter += 1
-    return np.random.Generator(np.random.Philox(key=Tensor._seed, counter=Tensor._rng_counter))
-
-  @staticmethod
-  def rand(*shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
-    data = Tensor._generator().random(_check_shape(_shape_args(shape)), dtype=np.float32)
-    return Tensor(data, device=device, dtype=dtype or dtypes.default_float)
-  @staticmethod
-  def randn(*shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
-    data = Tensor._generator().standard_normal(_check_shape(_shape_args(shape)), dtype=np.float32)
-    return Tensor(data, device=device, dtype=dtype or dtypes.default_float)
-  @staticmethod
-  def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
-    return Tensor.rand(*shape, **kwargs) * (high - low) + low
+  # rand, randn, randint, uniform, normal ... : minigrad.tensor_create (computed in kernels from the seed)
 
   # ---- movement (zero-copy views) ----
   def reshape(self, *shape: Any) -> Tensor:
@@ -247,8 +241,9 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
 
   def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
   def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-    if self.ndim == 0: return self.reshape(1)
     s, e = normalize_axis(start_dim, self.ndim), normalize_axis(end_dim, self.ndim)
+    if self.ndim == 0: return self.reshape(1)
+    if s > e: raise RuntimeError(f"flatten() has invalid args: start_dim ({start_dim}) cannot come after end_dim ({end_dim}) for shape {self.shape}")
     return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
   def permute(self, *order: Any) -> Tensor:
@@ -269,6 +264,10 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
     new_shape = _shape_args(shape)
     if len(new_shape) < self.ndim: raise RuntimeError(f"expand: target shape {new_shape} has fewer dims than {self.shape}")
     old = (1,) * (len(new_shape) - self.ndim) + self.shape
+    for i, n in enumerate(new_shape):
+      if n == -1 and i < len(new_shape) - self.ndim:
+        raise RuntimeError(f"expand: the expanded size of the tensor (-1) isn't allowed in a leading, non-existing dimension {i} (shape {self.shape} to {new_shape})")
+      if n < -1: raise RuntimeError(f"expand: invalid size {n} at dimension {i} (shape {self.shape} to {new_shape})")
     target = tuple(o if n == -1 else n for o, n in zip(old, new_shape))
     for i, (o, n) in enumerate(zip(old, target)):
       if o != n and o != 1:
@@ -278,9 +277,15 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
 
   def broadcast_to(self, shape: tuple[int, ...]) -> Tensor: return self.expand(shape)
 
-  def pad(self, padding: Sequence[Any], value: float = 0.0) -> Tensor:
-    """Pad with a constant. `padding` is ((before, after), ...) per dim (None: no padding) or torch's flat form
-    (left, right, top, bottom, ...) starting from the last dim."""
+  def pad(self, padding: Sequence[Any], mode: str | float = "constant", value: float | None = None) -> Tensor:
+    """Pad with a constant (mode 'constant', `value`, default 0) or by repeating the data: 'reflect', 'replicate',
+    'circular' (as torch.nn.functional.pad). `padding` is ((before, after), ...) per dim (None: no padding) or
+    torch's flat form (left, right, top, bottom, ...) starting from the last dim. Negative amounts crop.
+    (A number in place of `mode` is taken as the value: `x.pad(pads, -1.0)`.)"""
+    if not isinstance(mode, str): mode, value = "constant", mode
+    if mode not in ("constant", "reflect", "replicate", "circular"): raise NotImplementedError(f"Unrecognised padding mode {mode}")
+    if mode != "constant" and value is not None: raise RuntimeError(f'Padding mode "{mode}" doesn\'t take in value argument')
+    value = 0.0 if value is None else value
     if padding and all(isinstance(p, int) for p in padding):
       if len(padding) % 2 or len(padding) // 2 > self.ndim: raise ValueError(f"pad: flat padding {tuple(padding)} needs pairs for at most {self.ndim} dims")
       pairs = [(0, 0)] * self.ndim
@@ -288,10 +293,13 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
     else:
       if len(padding) != self.ndim: raise ValueError(f"pad: {len(padding)} (before, after) pairs given for a {self.ndim}-d tensor of shape {self.shape}")
       pairs = [(0, 0) if p is None else tuple(p) for p in padding]
+    if mode != "constant":
+      from minigrad.tensor_index import pad_with_mode
+      return pad_with_mode(self, pairs, mode)
     if any(b < 0 or a < 0 for b, a in pairs):
       # negative padding crops, as in torch
       crop = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pairs, self.shape))
-      return self.shrink(crop).pad(tuple((max(0, b), max(0, a)) for b, a in pairs), value)
+      return self.shrink(crop).pad(tuple((max(0, b), max(0, a)) for b, a in pairs), value=value)
     if all(b == 0 and a == 0 for b, a in pairs): return self
     padded = F.Pad.apply(self, padding=tuple(pairs))
     if value == 0: return padded
@@ -308,20 +316,29 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
 
   def flip(self, *axis: Any) -> Tensor:
     axes = tuple(sorted({normalize_axis(a, self.ndim) for a in _shape_args(axis)}))
-    return F.Flip.apply(self, axes=axes) if axes else self
+    return F.Flip.apply(self, axes=axes) if axes and self.ndim else self   # a 0-d tensor flips to itself
 
   def unsqueeze(self, dim: int) -> Tensor:
     d = normalize_axis(dim, self.ndim + 1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
-  def squeeze(self, dim: int | None = None) -> Tensor:
+  def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
+    """Drop size-1 dims: all of them, or those among `dim` (an int or a tuple; other sizes are left alone)."""
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
-    d = normalize_axis(dim, self.ndim)
-    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+    dims = {normalize_axis(d, self.ndim) for d in ((dim,) if isinstance(dim, (int, np.integer)) else dim)}
+    if self.ndim == 0: return self
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
 
   def __getitem__(self, index: Any) -> Tensor:
+    """ints, slices (any step), None, ..., bools, integer tensors/lists (advanced) and bool masks: see minigrad.indexing."""
     from minigrad.indexing import getitem
     return getitem(self, index)
+
+  def __setitem__(self, index: Any, value: Any) -> None:
+    """`t[index] = value` rebinds t to a new lazy value (tensors don't alias: a view taken earlier keeps the old
+    values, and assigning into the result of basic indexing, `t[0][1] = v`, raises). See minigrad.indexing."""
+    from minigrad.indexing import setitem
+    setitem(self, index, value)
 
 
 def _shape_args(args: tuple) -> tuple[int, ...]:

@@ -1,19 +1,26 @@
-"""Tensor math: elementwise ops, comparisons, reductions, matmul and the neural-network ops, as a mixin.
+"""Tensor math: arithmetic with torch's type promotion, comparisons, logical and bitwise ops, pow, clamp, lerp,
+where, the basic reductions, matmul and the neural-network op spellings, as a mixin.
 
 Input: Tensors (this class is mixed into `Tensor`, so `self` is a Tensor). Output: new lazy Tensors. Every op
-here is built from the differentiable primitives in minigrad.function, so gradients come for free.
-Argument checks raise early with messages naming the shapes, dtypes and axes involved.
+here is built from the differentiable primitives in minigrad.function, so gradients come for free. The
+elementwise functions of one tensor (exp, sin, gelu ...) live in minigrad.tensor_unary.
+Semantics follow torch: result dtypes (minigrad.dtype.result_type), integer `//` floors and `%` takes the
+divisor's sign, shifts by more than the width give 0 (or the sign), integer overflow wraps. Arguments are
+checked early; errors name the shapes and dtypes involved. Integer division by zero gives 0 (torch raises).
 """
 from __future__ import annotations
-from typing import Any, Sequence, TYPE_CHECKING
+from typing import Any, Callable, Sequence, TYPE_CHECKING
 import math
 import numpy as np
 import minigrad.function as F
-from minigrad.dtype import DType, dtypes, to_dtype, promote_types, result_type_with_scalar
+from minigrad.dtype import DType, DTypeError, dtypes, to_dtype, result_type
 from minigrad.function import const_uop
 from minigrad.helpers import prod
-from minigrad.uop.ops import Ops
+from minigrad.uop.ops import Ops, UOp
+from minigrad.tensor_unary import UnaryMixin
 if TYPE_CHECKING: from minigrad.tensor import Tensor
+
+Number = (int, float, bool, np.generic)
 
 
 def normalize_axis(axis: int, ndim: int) -> int:
@@ -43,21 +50,35 @@ DIFFERENTIABLE: dict[Ops, type[F.Function]] = {
 }
 
 
-class MathMixin:
-  """Elementwise, reduce, linear-algebra and nn ops of Tensor (see minigrad.tensor)."""
-  # ---- elementwise ----
+def _operand(x: Any) -> Any:
+  """How an operand takes part in type promotion: (dtype, ndim) for a tensor, the number itself otherwise."""
+  return (x.dtype, x.ndim) if isinstance(x, MathMixin) else x
+
+
+def _wide2(a: Tensor, b: Tensor, fn: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
+  """fn(a, b) for two float tensors of one dtype, computed in float64 and rounded once."""
+  if a.dtype == dtypes.float64: return fn(a, b)
+  return fn(a.cast(dtypes.float64), b.cast(dtypes.float64)).cast(a.dtype)
+
+
+class MathMixin(UnaryMixin):
+  """Arithmetic, comparison, logical/bitwise, reduce, linear-algebra and nn ops of Tensor (see minigrad.tensor)."""
+  # ---- building blocks ----
   def _alu(self, op: Ops, *others: Tensor) -> Tensor:
     if (fn := DIFFERENTIABLE.get(op)) is not None: return fn.apply(self, *others)
     return type(self)(self.uop.alu(op, *(o.uop for o in others)))   # comparisons and bit ops: no gradient
 
+  def _const(self, value: Any, dtype: DType) -> Tensor: return type(self)(const_uop(value, dtype, self.device, ()))
+
   def _broadcasted(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
+    """self and other cast to their result dtype (torch's promotion) and expanded to one shape."""
     if isinstance(other, MathMixin):
       if other.device != self.device: raise RuntimeError(f"tensors on different devices: {self.device} and {other.device}")
-      dt = promote_types(self.dtype, other.dtype)
+      dt = result_type(_operand(self), _operand(other))
       x, y = self.cast(dt), other.cast(dt)
-    elif isinstance(other, (int, float, bool, np.generic)):
-      dt = result_type_with_scalar(self.dtype, other)
-      x, y = self.cast(dt), type(self)(const_uop(other, dt, self.device, ()))
+    elif isinstance(other, Number):
+      dt = result_type(_operand(self), other)
+      x, y = self.cast(dt), self._const(other, dt)
     else: raise TypeError(f"unsupported operand type for a Tensor op: {type(other).__name__}")
     if x.shape != y.shape:
       shape = broadcast_shape(x.shape, y.shape)
@@ -66,26 +87,100 @@ class MathMixin:
 
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
 
-  def cast(self, dtype: DType | str) -> Tensor:
+  # ---- dtypes ----
+  def cast(self, dtype: DType | str | Any) -> Tensor:
+    """Convert to `dtype` (a DType, a name like "float16", a numpy or torch dtype). Floats to ints truncate."""
     dtype = to_dtype(dtype)
     return self if self.dtype == dtype else F.Cast.apply(self, dtype=dtype)
   def float(self) -> Tensor: return self.cast(dtypes.float32)
+  def half(self) -> Tensor: return self.cast(dtypes.float16)
+  def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
+  def double(self) -> Tensor: return self.cast(dtypes.float64)
   def int(self) -> Tensor: return self.cast(dtypes.int32)
+  def long(self) -> Tensor: return self.cast(dtypes.int64)
+  def short(self) -> Tensor: return self.cast(dtypes.int16)
+  def char(self) -> Tensor: return self.cast(dtypes.int8)
+  def byte(self) -> Tensor: return self.cast(dtypes.uint8)
   def bool(self) -> Tensor: return self.cast(dtypes.bool)
 
+  def bitcast(self, dtype: DType | str | Any) -> Tensor:
+    """Reinterpret the bits of each element as `dtype`, which must have the same itemsize. No gradient."""
+    dtype = to_dtype(dtype)
+    if dtype.itemsize != self.dtype.itemsize:
+      raise DTypeError(f"can't bitcast {self.dtype.name} ({self.dtype.itemsize} bytes) to {dtype.name} ({dtype.itemsize} bytes): "
+                       f"bitcast needs dtypes of the same itemsize (tensor of shape {self.shape})")
+    if dtype == self.dtype: return self.detach()
+    return type(self)(UOp(Ops.BITCAST, dtype, (self.uop,)))
+
+  def element_size(self) -> int: return self.dtype.itemsize
+  def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
+
+  # ---- arithmetic ----
   def add(self, x: Any, reverse: bool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
     return a._alu(Ops.ADD, b)
   def sub(self, x: Any, reverse: bool = False) -> Tensor:
+    if self.dtype == dtypes.bool or isinstance(x, (bool, np.bool_)) or (isinstance(x, MathMixin) and x.dtype == dtypes.bool):
+      raise DTypeError(f"Subtraction, the `-` operator, with a bool tensor or value is not supported (operands {self.dtype.name} and "
+                       f"{x.dtype.name if isinstance(x, MathMixin) else repr(x)}). Use the `^` or `logical_xor()` operator instead.")
     a, b = self._broadcasted(x, reverse)
-    if a.dtype == dtypes.bool: raise TypeError("subtraction of bool tensors is not supported, use logical_xor")
     return a._alu(Ops.ADD, b._alu(Ops.NEG))
   def mul(self, x: Any, reverse: bool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
     return a._alu(Ops.MUL, b)
-  def div(self, x: Any, reverse: bool = False) -> Tensor:
+
+  def div(self, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+    """True division (ints give the default float), or with rounding_mode "trunc" / "floor" (dtype kept)."""
+    # true division: a Python number joins as a float (torch doesn't wrap 300 into an int8 tensor's range here)
+    if rounding_mode is None and isinstance(x, Number) and not isinstance(x, MathMixin): x = float(x)
     a, b = self._broadcasted(x, reverse)
-    return a._float()._alu(Ops.FDIV, b._float())
+    if rounding_mode is None: return a._float()._alu(Ops.FDIV, b._float())
+    if rounding_mode not in ("trunc", "floor"):
+      raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found {rounding_mode!r}")
+    if a.dtype == dtypes.bool: raise DTypeError(f"div with rounding_mode={rounding_mode!r} is not implemented for bool tensors")
+    if not dtypes.is_float(a.dtype): return a._int_divide(b, floor=rounding_mode == "floor")
+    if rounding_mode == "trunc": return a._opmath(lambda x: (x / b.cast(x.dtype)).trunc())
+    return a._opmath(lambda x: _floor_divide_float(x, b.cast(x.dtype)))
+  def floor_divide(self, x: Any) -> Tensor: return self.div(x, rounding_mode="floor")
+
+  def _safe_divisor(self, b: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(divisor with 0 and -1 replaced by 1, where it was 0, where it was -1 or None). x86 traps on a division
+    by zero and on INT_MIN / -1 (int32 and int64; smaller types divide as C ints), so neither may reach C."""
+    zero = b.eq(0)
+    traps = not dtypes.is_unsigned(b.dtype) and b.dtype.itemsize >= 4
+    minus_one = b.eq(-1) if traps else None
+    safe = (zero | minus_one if minus_one is not None else zero).where(self._const(1, b.dtype), b)
+    return safe, zero, minus_one
+
+  def _int_divide(self, b: Tensor, floor: bool) -> Tensor:
+    """Integer division of same-dtype tensors, rounding toward zero or down. Division by zero gives 0, and
+    x // -1 is -x (wrapping at INT_MIN)."""
+    safe, zero, minus_one = self._safe_divisor(b)
+    quotient = type(self)(self.uop.alu(Ops.IDIV, safe.uop))
+    if floor and not dtypes.is_unsigned(self.dtype):
+      remainder = type(self)(self.uop.alu(Ops.MOD, safe.uop))
+      quotient = quotient - (remainder.ne(0) & (remainder < 0).ne(safe < 0)).cast(self.dtype)
+    if minus_one is not None: quotient = minus_one.where(-self, quotient)
+    return zero.where(self._const(0, self.dtype), quotient)
+
+  def remainder(self, x: Any, reverse: bool = False) -> Tensor:
+    """Remainder with the divisor's sign (torch's %, Python's %). Integer x % 0 gives 0."""
+    a, b = self._broadcasted(x, reverse)
+    if a.dtype == dtypes.bool: raise DTypeError("remainder (%) is not implemented for bool tensors")
+    if dtypes.is_float(a.dtype): return a._opmath(lambda x: _remainder_float(x, b.cast(x.dtype)))
+    safe, zero, _ = a._safe_divisor(b)   # x % -1 is x % 1 = 0
+    r = type(self)(a.uop.alu(Ops.MOD, safe.uop))
+    if not dtypes.is_unsigned(a.dtype): r = (r.ne(0) & (r < 0).ne(safe < 0)).where(r + safe, r)
+    return zero.where(self._const(0, a.dtype), r)
+
+  def fmod(self, x: Any) -> Tensor:
+    """Remainder with the dividend's sign (C's fmod, torch.fmod)."""
+    a, b = self._broadcasted(x)
+    if not dtypes.is_float(a.dtype):
+      safe, zero, _ = a._safe_divisor(b)
+      return zero.where(self._const(0, a.dtype), type(self)(a.uop.alu(Ops.MOD, safe.uop)))
+    return a._opmath(lambda x: _fmod_float(x, b.cast(x.dtype)))
+
   def maximum(self, x: Any) -> Tensor:
     a, b = self._broadcasted(x)
     return a._alu(Ops.MAX, b)
@@ -107,10 +202,19 @@ class MathMixin:
   def __rmul__(self, x: Any) -> Tensor: return self.mul(x, True)
   def __truediv__(self, x: Any) -> Tensor: return self.div(x)
   def __rtruediv__(self, x: Any) -> Tensor: return self.div(x, True)
+  def __floordiv__(self, x: Any) -> Tensor: return self.div(x, rounding_mode="floor")
+  def __rfloordiv__(self, x: Any) -> Tensor: return self.div(x, True, rounding_mode="floor")
+  def __mod__(self, x: Any) -> Tensor: return self.remainder(x)
+  def __rmod__(self, x: Any) -> Tensor: return self.remainder(x, True)
   def __matmul__(self, x: Tensor) -> Tensor: return self.matmul(x)
   def __rmatmul__(self, x: Tensor) -> Tensor: return x.matmul(self)
   def __pow__(self, x: Any) -> Tensor: return self.pow(x)
+  def __rpow__(self, x: Any) -> Tensor:
+    if not isinstance(x, Number): raise TypeError(f"unsupported operand type for **: {type(x).__name__}")
+    dt = result_type(x, _operand(self))
+    return self.full(self.shape, x, dt, self.device).pow(self)
 
+  # ---- comparisons ----
   def _compare(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
     return a._alu(op, b)
@@ -120,82 +224,169 @@ class MathMixin:
   def __le__(self, x: Any) -> Tensor: return (self < x) | self.eq(x)
   def ne(self, x: Any) -> Tensor: return self._compare(Ops.CMPNE, x)
   def eq(self, x: Any) -> Tensor: return self.ne(x).logical_not()
+  def lt(self, x: Any) -> Tensor: return self < x
+  def gt(self, x: Any) -> Tensor: return self > x
+  def le(self, x: Any) -> Tensor: return self <= x
+  def ge(self, x: Any) -> Tensor: return self >= x
   def __eq__(self, x: Any) -> Tensor: return self.eq(x)  # type: ignore[override]
   def __ne__(self, x: Any) -> Tensor: return self.ne(x)  # type: ignore[override]
   __hash__ = object.__hash__
 
+  def isnan(self) -> Tensor: return self.ne(self) if dtypes.is_float(self.dtype) else self.full_like(False, dtype=dtypes.bool)
+  def isinf(self) -> Tensor: return self.abs().eq(math.inf) if dtypes.is_float(self.dtype) else self.full_like(False, dtype=dtypes.bool)
+  def isfinite(self) -> Tensor: return (self.abs() < math.inf) if dtypes.is_float(self.dtype) else self.full_like(True, dtype=dtypes.bool)
+  def isposinf(self) -> Tensor: return self.eq(math.inf) if dtypes.is_float(self.dtype) else self.full_like(False, dtype=dtypes.bool)
+  def isneginf(self) -> Tensor: return self.eq(-math.inf) if dtypes.is_float(self.dtype) else self.full_like(False, dtype=dtypes.bool)
+
+  # ---- logical ops (any dtype, truthiness) ----
   def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._alu(Ops.CMPNE, self.full(self.shape, True, dtypes.bool, self.device))
-  def __and__(self, x: Any) -> Tensor:
-    a, b = self._broadcasted(x)
-    return a._alu(Ops.AND, b)
-  def __or__(self, x: Any) -> Tensor:
-    a, b = self._broadcasted(x)
-    return a._alu(Ops.OR, b)
-  def __xor__(self, x: Any) -> Tensor:
-    a, b = self._broadcasted(x)
-    return a._alu(Ops.XOR, b)
+  def _logical(self, op: Ops, x: Any) -> Tensor:
+    other = x.cast(dtypes.bool) if isinstance(x, MathMixin) else bool(x)
+    a, b = self.cast(dtypes.bool)._broadcasted(other)
+    return a._alu(op, b)
+  def logical_and(self, x: Any) -> Tensor: return self._logical(Ops.AND, x)
+  def logical_or(self, x: Any) -> Tensor: return self._logical(Ops.OR, x)
+  def logical_xor(self, x: Any) -> Tensor: return self._logical(Ops.CMPNE, x)
 
-  def where(self, x: Any, y: Any) -> Tensor:
-    """`cond.where(x, y)`: x where cond is true, else y (broadcasting all three)."""
-    if not isinstance(x, MathMixin) and not isinstance(y, MathMixin):
-      x = self.full((), x, promote_types(dtypes.from_py(x), dtypes.from_py(y)), self.device)
-    xt, yt = x._broadcasted(y) if isinstance(x, MathMixin) else y._broadcasted(x, reverse=True)
-    shape = broadcast_shape(self.shape, xt.shape)
-    cond = self.cast(dtypes.bool).expand(shape)
-    return cond._alu(Ops.WHERE, xt.expand(shape), yt.expand(shape))
-
-  # ---- math ----
-  def exp(self) -> Tensor: return (self._float() * (1 / math.log(2)))._alu(Ops.EXP2)
-  def exp2(self) -> Tensor: return self._float()._alu(Ops.EXP2)
-  def log(self) -> Tensor: return self._float()._alu(Ops.LOG2) * math.log(2)
-  def log2(self) -> Tensor: return self._float()._alu(Ops.LOG2)
-  def sqrt(self) -> Tensor: return self._float()._alu(Ops.SQRT)
-  def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
-  def sin(self) -> Tensor: return self._float()._alu(Ops.SIN)
-  def cos(self) -> Tensor: return (math.pi / 2 - self._float()).sin()
-  def reciprocal(self) -> Tensor: return self._float()._alu(Ops.RECIP)
-  def relu(self) -> Tensor: return F.Relu.apply(self)
-  def sigmoid(self) -> Tensor: return 1 / (1 + (-self._float()).exp())
-  def tanh(self) -> Tensor: return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
-  def abs(self) -> Tensor: return self if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool else self.maximum(-self)
-  def square(self) -> Tensor: return self * self
-  def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
-    out = self if min_ is None else self.maximum(min_)
-    return out if max_ is None else out.minimum(max_)
-  clamp = clip
-  def pow(self, x: Any) -> Tensor:
-    """self ** x as torch computes it: integer exponents exactly (negative bases fine), 0 ** 0 = 1."""
-    if isinstance(x, (int, float, np.number)) and not isinstance(x, bool) and float(x).is_integer() and abs(x) <= 64:
-      n = int(x)
-      base = self if isinstance(x, (int, np.integer)) or dtypes.is_float(self.dtype) else self._float()
-      result, square = base.ones_like(), base
-      for bit in bin(abs(n))[:1:-1]:   # binary exponentiation, lowest bit first
-        if bit == "1": result = result * square
-        square = square * square
-      if n < 0: result = result.reciprocal() if dtypes.is_float(result.dtype) else (1 / result.cast(dtypes.default_float)).cast(result.dtype)
-      return result
-    if isinstance(x, (int, float)) and x == 0.5: return self.sqrt()
-    base, exponent = self._broadcasted(x)
-    base, exponent = base._float(), exponent._float()
-    magnitude = (base.abs().log() * exponent).exp()
-    # a negative base is fine for an integer exponent (sign from its parity) and NaN otherwise
-    is_integer = exponent.eq(exponent.trunc())
-    odd = (exponent.abs() % 2).eq(1)
-    signed = (base < 0).where(is_integer.where(odd.where(-magnitude, magnitude), math.nan), magnitude)
-    return exponent.eq(0).where(1.0, signed)
-
-  def __rpow__(self, x: Any) -> Tensor: return self.full(self.shape, x, result_type_with_scalar(self.dtype, x), self.device).pow(self)
-  def trunc(self) -> Tensor: return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
-  def __mod__(self, x: Any) -> Tensor:
-    """Remainder with the divisor's sign (torch's %): x - floor(x / y) * y for floats."""
-    a, b = self._broadcasted(x)
+  # ---- bitwise ops and shifts (integers and bools) ----
+  def _bitwise(self, op: Ops, x: Any, name: str, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(x, reverse)
     if dtypes.is_float(a.dtype):
-      quotient = a / b
-      floored = quotient.trunc() - ((quotient < 0) & quotient.ne(quotient.trunc())).cast(a.dtype)
-      return a - floored * b
-    remainder = type(self)(a.uop.alu(Ops.MOD, b.uop))
-    fix = remainder.ne(0) & ((remainder < 0).ne(b < 0))
-    return fix.where(remainder + b, remainder)
+      raise DTypeError(f"{name} is only implemented on integer and bool tensors, got {self.dtype.name}"
+                       f"{'' if not isinstance(x, MathMixin) else ' and ' + x.dtype.name} (result dtype {a.dtype.name})")
+    return a._alu(op, b)
+  def bitwise_and(self, x: Any) -> Tensor: return self._bitwise(Ops.AND, x, "bitwise_and (&)")
+  def bitwise_or(self, x: Any) -> Tensor: return self._bitwise(Ops.OR, x, "bitwise_or (|)")
+  def bitwise_xor(self, x: Any) -> Tensor: return self._bitwise(Ops.XOR, x, "bitwise_xor (^)")
+  def __and__(self, x: Any) -> Tensor: return self._bitwise(Ops.AND, x, "bitwise_and (&)")
+  def __or__(self, x: Any) -> Tensor: return self._bitwise(Ops.OR, x, "bitwise_or (|)")
+  def __xor__(self, x: Any) -> Tensor: return self._bitwise(Ops.XOR, x, "bitwise_xor (^)")
+  def __rand__(self, x: Any) -> Tensor: return self._bitwise(Ops.AND, x, "bitwise_and (&)", True)
+  def __ror__(self, x: Any) -> Tensor: return self._bitwise(Ops.OR, x, "bitwise_or (|)", True)
+  def __rxor__(self, x: Any) -> Tensor: return self._bitwise(Ops.XOR, x, "bitwise_xor (^)", True)
+
+  def bitwise_not(self) -> Tensor:
+    if self.dtype == dtypes.bool: return self.logical_not()
+    if not dtypes.is_int(self.dtype): raise DTypeError(f"~ (operator.invert) is only implemented on integer and Boolean-type tensors, got {self.dtype.name}")
+    return self ^ -1
+  __invert__ = bitwise_not
+
+  def _shift(self, x: Any, left: bool, reverse: bool = False) -> Tensor:
+    """Shifts as torch defines them for every amount: by a negative amount or the width or more, << gives 0
+    and >> gives 0 or -1 (the sign); C leaves those undefined, so the amount is checked first."""
+    a, b = self._broadcasted(x, reverse)
+    name = "<< (bitwise_left_shift)" if left else ">> (bitwise_right_shift)"
+    if not dtypes.is_int(a.dtype): raise DTypeError(f"{name} is only implemented on integer tensors, got {a.dtype.name}")
+    bits = a.dtype.itemsize * 8
+    in_range = (b < bits) if dtypes.is_unsigned(a.dtype) else (b >= 0) & (b < bits)
+    if left: return in_range.where(a._alu(Ops.SHL, in_range.where(b, 0)), 0)
+    if dtypes.is_unsigned(a.dtype): return in_range.where(a._alu(Ops.SHR, in_range.where(b, 0)), 0)
+    return a._alu(Ops.SHR, in_range.where(b, bits - 1))
+  def __lshift__(self, x: Any) -> Tensor: return self._shift(x, left=True)
+  def __rshift__(self, x: Any) -> Tensor: return self._shift(x, left=False)
+  def __rlshift__(self, x: Any) -> Tensor: return self._shift(x, left=True, reverse=True)
+  def __rrshift__(self, x: Any) -> Tensor: return self._shift(x, left=False, reverse=True)
+  def bitwise_left_shift(self, x: Any) -> Tensor: return self << x
+  def bitwise_right_shift(self, x: Any) -> Tensor: return self >> x
+
+  # ---- selection ----
+  def where(self, x: Any, y: Any) -> Tensor:
+    """`cond.where(x, y)`: x where cond is true (non-zero), else y; all three broadcast. The result dtype is
+    torch's promotion of x and y (two Python ints give dtypes.default_int)."""
+    if not isinstance(x, MathMixin) and not isinstance(y, MathMixin):
+      dt = result_type(x, y)
+      if dt == dtypes.int64: dt = dtypes.default_int
+    else: dt = result_type(_operand(x), _operand(y))
+    xt = x.cast(dt) if isinstance(x, MathMixin) else self._const(x, dt)
+    yt = y.cast(dt) if isinstance(y, MathMixin) else self._const(y, dt)
+    shape = broadcast_shape(self.shape, xt.shape, yt.shape)
+    return self.cast(dtypes.bool).expand(shape)._alu(Ops.WHERE, xt.expand(shape), yt.expand(shape))
+
+  def clamp(self, min_: Any = None, max_: Any = None, **bounds: Any) -> Tensor:
+    """Limit to [min, max] (numbers or tensors, either may be None; `min=`/`max=` as in torch). The gradient
+    reaches self where min <= self <= max and a bound where it was taken; NaN stays NaN (a NaN bound gives
+    NaN); min > max gives max everywhere, as torch does."""
+    low, high = bounds.pop("min", min_), bounds.pop("max", max_)
+    if bounds: raise TypeError(f"clamp got unexpected keyword arguments {sorted(bounds)}")
+    if low is None and high is None: raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    dt = result_type(_operand(self), *(_operand(b) for b in (low, high) if b is not None))
+    out = self.cast(dt)
+    for bound, beyond in ((low, lambda v, b: v < b), (high, lambda v, b: v > b)):
+      if bound is None: continue
+      b = bound.cast(dt) if isinstance(bound, MathMixin) else self._const(bound, dt)
+      outside = beyond(out, b)
+      if dtypes.is_float(dt): outside = outside | b.ne(b)
+      out = outside.where(b, out)
+    return out
+  clip = clamp
+
+  def lerp(self, end: Any, weight: Any) -> Tensor:
+    """self + weight * (end - self), computed as torch does (from the nearer end for weight >= 0.5)."""
+    start, stop = self._broadcasted(end)
+    if not dtypes.is_float(start.dtype): raise DTypeError(f"lerp is only implemented for float tensors, got {start.dtype.name}")
+    def fn(a: Tensor) -> Tensor:   # in float32 for half types, rounded once (torch's opmath)
+      b = stop.cast(a.dtype)
+      w = weight.cast(a.dtype) if isinstance(weight, MathMixin) else weight
+      diff = b - a
+      if not isinstance(w, MathMixin): return a + w * diff if w < 0.5 else b - diff * (1 - w)
+      return (w.abs() < 0.5).where(a + w * diff, b - diff * (1 - w))
+    return start._opmath(fn)
+
+  # ---- powers ----
+  def pow(self, exponent: Any) -> Tensor:
+    """self ** exponent as torch computes it: integer tensors stay integers (exact, wrapping), integer exponents
+    of floats by multiplication (negative bases fine), 0 ** 0 = 1, NaN for a negative base and fractional exponent."""
+    if isinstance(exponent, MathMixin):
+      base, power = self._broadcasted(exponent)
+      if not dtypes.is_float(base.dtype): return base._int_pow(power)
+      return F.Composite.apply(base, power, fn=lambda b, e: b._opmath(lambda x: _wide2(x, e.cast(x.dtype), _pow_forward)),
+                               gradient=_pow_gradient)
+    if not isinstance(exponent, Number): raise TypeError(f"unsupported exponent type for pow: {type(exponent).__name__}")
+    dt = result_type(_operand(self), exponent)
+    base = self.cast(dt)
+    if not dtypes.is_float(dt):
+      if exponent < 0: raise RuntimeError(f"Integers to negative integer powers are not allowed (tensor of {dt.name} ** {exponent}).")
+      return base._int_pow_scalar(int(exponent))
+    if float(exponent).is_integer() and abs(exponent) <= 64: return base._opmath(lambda x: x._float_pow_int(int(exponent)))
+    if exponent == 0.5: return base.sqrt()
+    return base.pow(base._const(exponent, dt))
+
+  def _float_pow_int(self, n: int) -> Tensor:
+    """x ** n by square-and-multiply from the top bit (torch uses x*x, x*x*x for small n); n < 0 takes the reciprocal."""
+    if n == 0: return F.Composite.apply(self, fn=lambda x: x.ones_like(), gradient=lambda grad, y, x: (grad.zeros_like(),))
+    result = self
+    for bit in bin(abs(n))[3:]:
+      result = result * result
+      if bit == "1": result = result * self
+    return result.reciprocal() if n < 0 else result
+
+  def _wrapping_twin(self) -> Tensor:
+    """int32 values as uint32 (multiplication wraps to the same bits). Long int32 product chains would be
+    rendered as index math, inlined without limit: see tests/test_dtypes.py::test_renderer_int32_chain."""
+    return self.cast(dtypes.uint32) if self.dtype == dtypes.int32 else self
+
+  def _int_pow_scalar(self, n: int) -> Tensor:
+    result, square = self._wrapping_twin().ones_like(), self._wrapping_twin()
+    while n:
+      if n & 1: result = result * square
+      n >>= 1
+      if n: square = square * square
+    return result.cast(self.dtype)
+
+  def _int_pow(self, exponent: Tensor) -> Tensor:
+    """Integer power with an integer tensor exponent: square-and-multiply over every bit, wrapping like torch;
+    negative exponents give 1 for a base of 1, +-1 for -1 and 0 otherwise (torch's rule)."""
+    result, square = self._wrapping_twin().ones_like(), self._wrapping_twin()
+    bits = self.dtype.itemsize * 8 - (0 if dtypes.is_unsigned(self.dtype) else 1)
+    one = self._const(1, self.dtype)
+    for i in range(bits):
+      result = ((exponent >> i) & 1).ne(0).where(result * square, result)
+      if i + 1 < bits: square = square * square
+    result = result.cast(self.dtype)
+    if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return result
+    odd = (exponent & 1).ne(0)
+    negative_power = self.eq(1).where(one, self.eq(-1).where(odd.where(-one, one), self._const(0, self.dtype)))
+    return (exponent < 0).where(negative_power, result)
 
   # ---- reductions ----
   def _axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
@@ -209,29 +400,38 @@ class MathMixin:
     kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
     if 0 in self.shape:
       if op is Ops.MAX and any(self.shape[a] == 0 for a in axes): raise RuntimeError(f"max of an empty dimension (shape {self.shape}, axis {axis})")
-      out = self.full(kept, 0 if op is Ops.ADD else 1, self.dtype, self.device)
+      empty = self.full(kept, 0 if op is Ops.ADD else 1, self.dtype, self.device)   # still differentiable: zero gradient
+      out = F.Composite.apply(self, fn=lambda x: empty, gradient=lambda grad, y, x: (x.zeros_like(),))
     else: out = (F.Sum if op is Ops.ADD else F.Max).apply(self, axes=axes) if axes else self
     return out if keepdim else out.reshape(tuple(s for i, s in enumerate(kept) if i not in axes))
 
-  def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-    x = self.cast(dtypes.int64) if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool else self
-    return x._reduce(Ops.ADD, axis, keepdim)
+  def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+    """Sum over `axis`. Ints and bools sum in int64 and float16/bfloat16 accumulate in float32 (as torch)."""
+    if dtype is not None: return self.cast(to_dtype(dtype))._reduce(Ops.ADD, axis, keepdim)
+    if dtypes.is_int(self.dtype) or self.dtype == dtypes.bool: return self.cast(dtypes.int64)._reduce(Ops.ADD, axis, keepdim)
+    return self._opmath(lambda x: x._reduce(Ops.ADD, axis, keepdim))
   def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
     return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
     return self._flip_order().max(axis, keepdim)._flip_order()
   def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
     count = prod(self.shape[a] for a in self._axes(axis))
-    total = self._float().sum(axis, keepdim)
-    return total / count if count else total * math.nan
+    def fn(x: Tensor) -> Tensor:
+      total = x.sum(axis, keepdim)
+      return total / count if count else total * math.nan
+    return self._opmath(fn)
   def softmax(self, axis: int = -1) -> Tensor:
-    x = self._float()
-    e = (x - x.max(axis, keepdim=True)).exp()
-    return e / e.sum(axis, keepdim=True)
+    if self.ndim and self.shape[normalize_axis(axis, self.ndim)] == 0: return self._float()   # nothing to normalize
+    def fn(x: Tensor) -> Tensor:
+      e = (x - x.max(axis, keepdim=True)).exp()
+      return e / e.sum(axis, keepdim=True)
+    return self._opmath(fn)
   def log_softmax(self, axis: int = -1) -> Tensor:
-    x = self._float()
-    shifted = x - x.max(axis, keepdim=True)
-    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+    if self.ndim and self.shape[normalize_axis(axis, self.ndim)] == 0: return self._float()
+    def fn(x: Tensor) -> Tensor:
+      shifted = x - x.max(axis, keepdim=True)
+      return shifted - shifted.exp().sum(axis, keepdim=True).log()
+    return self._opmath(fn)
 
   # ---- linear algebra ----
   def dot(self, w: Tensor) -> Tensor: return self.matmul(w)
@@ -244,6 +444,9 @@ class MathMixin:
       raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({self.shape} @ {w.shape}: {x.shape[-1]} != {y.shape[-2]})")
     try: broadcast_shape(x.shape[:-2], y.shape[:-2])
     except ValueError: raise RuntimeError(f"matmul batch dimensions of {self.shape} and {w.shape} can't be broadcast") from None
+    if x.dtype in (dtypes.float16, dtypes.bfloat16) or y.dtype in (dtypes.float16, dtypes.bfloat16):   # accumulate in float32, as torch
+      dt = result_type(_operand(self), _operand(w))
+      if dt in (dtypes.float16, dtypes.bfloat16): return self.cast(dtypes.float32).matmul(w.cast(dtypes.float32)).cast(dt)
     # sum in the inputs' dtype: int32 @ int32 stays int32 (as in torch), unlike sum() which widens ints
     out = (x.unsqueeze(-2) * y.transpose(-1, -2).unsqueeze(-3))._reduce(Ops.ADD, -1, False)
     if self.ndim == 1: out = out.squeeze(-2)
@@ -254,32 +457,58 @@ class MathMixin:
     out = self @ weight
     return out + bias if bias is not None else out
 
-  # ---- neural-network ops, built from the ops above in minigrad.nn.functional ----
-  def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
-    from minigrad.nn import functional
-    return functional.conv2d(self, weight, bias, stride, padding, dilation, groups)
-  def max_pool2d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1) -> Tensor:
-    from minigrad.nn import functional
-    return functional.max_pool2d(self, kernel_size, stride, padding, dilation)
-  def avg_pool2d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, count_include_pad: bool = True) -> Tensor:
-    from minigrad.nn import functional
-    return functional.avg_pool2d(self, kernel_size, stride, padding, count_include_pad=count_include_pad)
-  def one_hot(self, num_classes: int = -1) -> Tensor:
-    from minigrad.nn import functional
-    return functional.one_hot(self, num_classes)
-  def dropout(self, p: float = 0.5) -> Tensor:
-    from minigrad.nn import functional
-    return functional.dropout(self, p)
-  def layernorm(self, axis: int = -1, eps: float = 1e-5) -> Tensor:
-    x = self._float()
-    centered = x - x.mean(axis, keepdim=True)
-    return centered * (centered.square().mean(axis, keepdim=True) + eps).rsqrt()
-  def cross_entropy(self, target: Tensor, label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
-    from minigrad.nn import functional
-    return functional.cross_entropy(self, target, label_smoothing=label_smoothing, reduction=reduction)
-  def sparse_categorical_crossentropy(self, labels: Tensor, label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
-    from minigrad.nn import functional
-    return functional.sparse_categorical_crossentropy(self, labels, label_smoothing=label_smoothing, reduction=reduction)
-  def binary_crossentropy_logits(self, target: Tensor, reduction: str = "mean") -> Tensor:
-    from minigrad.nn import functional
-    return functional.binary_crossentropy_logits(self, target, reduction=reduction)
+
+# ---- float division with rounding, torch's algorithms (in float32 for float16/bfloat16, like torch) ----
+def _fmod_float(x: Tensor, y: Tensor) -> Tensor:
+  """C's fmod: x - trunc(x/y) * y, computed in float64, where it is exact for float32 operands while |x/y| <
+  2**29 or so (and for float64 while the quotient is an exact integer); fmod(x, +-inf) = x for finite x."""
+  return _wide2(x, y, lambda a, b: (b.isinf() & a.isfinite()).where(a, a - (a / b).trunc() * b))
+
+
+def _remainder_float(x: Tensor, y: Tensor) -> Tensor:
+  mod = _fmod_float(x, y)
+  return (mod.ne(0) & (y < 0).ne(mod < 0)).where(mod + y, mod)
+
+
+def _floor_divide_float(x: Tensor, y: Tensor) -> Tensor:
+  """torch's floor division: (x - fmod(x, y)) / y, one less when the remainder's sign differs from y's, then
+  rounded to the nearest integer; x / y when y is 0."""
+  mod = _fmod_float(x, y)
+  div = (x - mod) / y
+  div = div - (mod.ne(0) & (y < 0).ne(mod < 0)).cast(div.dtype)
+  floored = div.floor()
+  floored = floored + (div - floored > 0.5).cast(div.dtype)
+  return y.eq(0).where(x / y, div.eq(0).where(0.0, floored))
+
+
+SMALL_POWER_BITS = 7   # integer exponents below 2**7 multiply (exact like C's pow on exact cases)
+
+
+def _pow_forward(b: Tensor, e: Tensor) -> Tensor:
+  """b ** e for float tensors with C's pow rules. Integer exponents below 128 in magnitude: square-and-multiply
+  over the exponent's bits (exact where the result is representable; signs, zeros and infinities fall out).
+  Others: the magnitude from exp2(e * log2|b|), the sign from the parity of an integer e, NaN for b < 0 with a
+  fractional e; 1 for e = 0 and for b = 1 (even with NaN)."""
+  e_integer = e.eq(e.trunc())
+  n = (e_integer & (e.abs() < 2 ** SMALL_POWER_BITS)).where(e.abs(), 0.0)
+  product, square = b.ones_like(), b
+  for i in range(SMALL_POWER_BITS):
+    bit = ((n * 2.0 ** -i).floor() - (n * 2.0 ** -(i + 1)).floor() * 2).eq(1)
+    product = bit.where(product * square, product)
+    if i + 1 < SMALL_POWER_BITS: square = square * square
+  product = (e < 0).where(1.0 / product, product)
+  magnitude = _exp2_of(e * b.abs()._alu(Ops.LOG2))
+  e_odd = e_integer & e.isfinite() & (e - (e * 0.5).trunc() * 2).ne(0)
+  general = (b < 0).where(e_integer.where(e_odd.where(-magnitude, magnitude), b.isfinite().where(math.nan, magnitude)), magnitude)
+  one = e.eq(0) | b.eq(1) | (b.eq(-1) & e.isinf())
+  return one.where(1.0, (e_integer & (e.abs() < 2 ** SMALL_POWER_BITS)).where(product, general))
+
+
+def _exp2_of(x: Tensor) -> Tensor: return x._alu(Ops.EXP2)
+
+
+def _pow_gradient(grad: Tensor, y: Tensor, b: Tensor, e: Tensor) -> tuple[Tensor, Tensor]:
+  """torch's: d/db = e * b ** (e - 1) (0 where e = 0); d/de = y * log(b) (0 where b = 0 and e >= 0)."""
+  d_base = e.eq(0).where(0.0, e * b.pow(e - 1))
+  d_exponent = (b.eq(0) & (e >= 0)).where(0.0, y * b.log())
+  return grad * d_base, grad * d_exponent

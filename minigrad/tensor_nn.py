@@ -9,8 +9,8 @@ if TYPE_CHECKING: from minigrad.tensor import Tensor
 
 
 class NNMixin:
-  """Linear-algebra and nn ops of Tensor (see minigrad.tensor). conv2d, max_pool2d, avg_pool2d and layernorm are
-  spelled in tensor_math; everything here forwards to minigrad.nn.functional with torch's argument order."""
+  """Linear-algebra and nn ops of Tensor (see minigrad.tensor): everything here forwards to minigrad.nn
+  (functional, conv, einsum) with torch's argument order."""
 
   @staticmethod
   def einsum(formula: str, *operands: Any) -> Tensor:
@@ -78,3 +78,34 @@ class NNMixin:
     """torch's F.layer_norm spelling (see also Tensor.layernorm(axis, eps))."""
     from minigrad.nn import functional
     return functional.layer_norm(self, normalized_shape, weight, bias, eps)
+
+  # ---- 2-d conv and pools, normalization, dropout, one-hot and losses ----
+  def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    from minigrad.nn import functional
+    return functional.conv2d(self, weight, bias, stride, padding, dilation, groups)
+  def max_pool2d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> Tensor:
+    from minigrad.nn import functional
+    return functional.max_pool2d(self, kernel_size, stride, padding, dilation, ceil_mode)
+  def avg_pool2d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, count_include_pad: bool = True, *,
+                 ceil_mode: bool = False, divisor_override: int | None = None) -> Tensor:
+    from minigrad.nn import functional
+    return functional.avg_pool2d(self, kernel_size, stride, padding, count_include_pad, ceil_mode=ceil_mode, divisor_override=divisor_override)
+  def one_hot(self, num_classes: int = -1) -> Tensor:
+    from minigrad.nn import functional
+    return functional.one_hot(self, num_classes)
+  def dropout(self, p: float = 0.5) -> Tensor:
+    from minigrad.nn import functional
+    return functional.dropout(self, p)
+  def layernorm(self, axis: int = -1, eps: float = 1e-5) -> Tensor:
+    x = self._float()
+    centered = x - x.mean(axis, keepdim=True)
+    return centered * (centered.square().mean(axis, keepdim=True) + eps).rsqrt()
+  def cross_entropy(self, target: Tensor, label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
+    from minigrad.nn import functional
+    return functional.cross_entropy(self, target, label_smoothing=label_smoothing, reduction=reduction)
+  def sparse_categorical_crossentropy(self, labels: Tensor, label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
+    from minigrad.nn import functional
+    return functional.sparse_categorical_crossentropy(self, labels, label_smoothing=label_smoothing, reduction=reduction)
+  def binary_crossentropy_logits(self, target: Tensor, reduction: str = "mean") -> Tensor:
+    from minigrad.nn import functional
+    return functional.binary_crossentropy_logits(self, target, reduction=reduction)

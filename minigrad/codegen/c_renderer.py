@@ -158,8 +158,10 @@ class CRenderer:
           if u.dtype in SMALL_INTS and u.op not in GroupOp.Comparison: expr = self.render_cast(expr, u.dtype)
         else: raise NotImplementedError(f"{type(self).__name__} can't render {u.op}")
         nesting[u] = 1 + max((nesting.get(s, 0) for s in u.src), default=0)
-        inline = (uses.get(u, 0) <= 1 and u not in repeated and nesting[u] <= self.max_inline_nesting)
-        if inline or (u.dtype == dtypes.index and _is_index_math(u)): names[u] = expr
+        # short index expressions are inlined wherever used (`data1[gidx0*4+1]` reads well); anything else used
+        # more than once gets a variable, so repeated use can never grow the source exponentially
+        short_index = u.dtype == dtypes.index and _is_index_math(u) and len(expr) <= 40
+        if (uses.get(u, 0) <= 1 or short_index) and u not in repeated and nesting[u] <= self.max_inline_nesting: names[u] = expr
         else:
           nesting[u] = 0
           names[u] = fresh("alu")
