@@ -24,6 +24,8 @@ def view_uop(u: UOp, apply: Any) -> UOp:
 class Function:
   def __init__(self, *inputs: Tensor):
     self.inputs = inputs
+    # the op that made each input, as it was now: `t[i] = v` later rebinds t, but this graph keeps the old t
+    self.input_ctxs = tuple(t._ctx for t in inputs)
     self.needs_grad = [bool(t.requires_grad) for t in inputs]
 
   @staticmethod
@@ -205,31 +207,38 @@ def const_uop(value: Any, dtype: DType, device: str, shape: tuple[int, ...]) -> 
 
 def backpropagate(root: Tensor, root_grad: Tensor) -> dict[int, Tensor]:
   """The chain rule over the recorded ops, last op first. Returns {id(tensor): d root / d tensor} for every
-  tensor on a path from a tensor that requires grad to root."""
+  tensor (as it is now) on a path from a tensor that requires grad to root.
+
+  A node of the walk is a tensor *state*: the tensor together with the op that made it at the time it was used,
+  so a tensor reassigned later (`t[i] = v`) still differentiates as the value the earlier ops saw."""
   from minigrad.tensor import Tensor
-  order: list[Tensor] = []
+  Node = tuple  # (tensor, the Function that made this state of it, or None for a leaf)
+  def key(node: Node) -> int: return id(node[1]) if node[1] is not None else id(node[0])
+  order: list[Node] = []
   visited: set[int] = set()
-  stack: list[tuple[Tensor, bool]] = [(root, False)]
+  stack: list[tuple[Node, bool]] = [((root, root._ctx), False)]
   while stack:   # iterative post-order: long chains of ops don't hit the recursion limit
-    t, inputs_done = stack.pop()
+    node, inputs_done = stack.pop()
     if inputs_done:
-      order.append(t)
+      order.append(node)
       continue
-    if id(t) in visited: continue
-    visited.add(id(t))
-    stack.append((t, True))
-    if t._ctx is not None: stack.extend((i, False) for i in t._ctx.inputs if id(i) not in visited)
-  grads: dict[int, Tensor] = {id(root): root_grad}
+    if key(node) in visited: continue
+    visited.add(key(node))
+    stack.append((node, True))
+    if (fn := node[1]) is not None: stack.extend((child, False) for child in zip(fn.inputs, fn.input_ctxs) if key(child) not in visited)
+  grads: dict[int, Tensor] = {key(order[-1]): root_grad}
   with Tensor.no_grad():
-    for t in reversed(order):
-      if t._ctx is None or id(t) not in grads: continue
-      input_grads = t._ctx.backward(grads[id(t)])
+    for node in reversed(order):
+      fn = node[1]
+      if fn is None or key(node) not in grads: continue
+      input_grads = fn.backward(grads[key(node)])
       if not isinstance(input_grads, tuple): input_grads = (input_grads,)
-      for inp, grad, needed in zip(t._ctx.inputs, input_grads, t._ctx.needs_grad):
+      for child, grad, needed in zip(zip(fn.inputs, fn.input_ctxs), input_grads, fn.needs_grad):
         if grad is None or not needed: continue
-        if grad.shape != inp.shape: raise RuntimeError(f"{type(t._ctx).__name__} gave a gradient of shape {grad.shape} for an input of shape {inp.shape}")
-        grads[id(inp)] = grad if id(inp) not in grads else grads[id(inp)] + grad
-  return grads
+        if grad.shape != child[0].shape: raise RuntimeError(f"{type(fn).__name__} gave a gradient of shape {grad.shape} for an input of shape {child[0].shape}")
+        grads[key(child)] = grad if key(child) not in grads else grads[key(child)] + grad
+  # report by tensor, for the states the tensors are in now
+  return {id(t): grads[key((t, fn))] for t, fn in order if t._ctx is fn and key((t, fn)) in grads}
 
 
 # ---- reduce (appended: product) ----

@@ -313,8 +313,6 @@ def test_setitem_augmented_assignment():
   np.testing.assert_allclose(t.numpy(), ref.numpy(), rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: autograd has no version counters (function.py): an op that consumed t before "
-                   "`t[idx] = v` backpropagates through the assignment, so its gradient is masked")
 def test_setitem_after_earlier_use_keeps_earlier_gradient():
   x = Tensor(np.ones(3, np.float32), requires_grad=True)
   h = x * 2

@@ -4,7 +4,7 @@ import weakref
 import pytest
 from hypothesis import given, settings, strategies as st
 from minigrad.dtype import dtypes
-from minigrad.uop.ops import UOp, Ops, toposort, _c_div, _c_mod
+from minigrad.uop.ops import UOp, toposort, _c_div, _c_mod
 from minigrad.uop.rewrite import UPat, PatternMatcher, graph_rewrite
 from minigrad.uop.symbolic import symbolic
 
