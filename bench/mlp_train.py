@@ -18,19 +18,10 @@ import platform
 import statistics
 import time
 import numpy as np
+from minigrad.helpers import cpu_model
 
 Runner = Callable[[int], float]   # run n training steps, return the last loss (read with .item())
 LAYER_SIZES = (784, 256, 128, 10)
-
-
-def cpu_model() -> str:
-  """The CPU's model name from /proc/cpuinfo (platform.processor() elsewhere)."""
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"): return line.split(":", 1)[1].strip()
-  except OSError: pass
-  return platform.processor() or "unknown CPU"
 
 
 def load_note() -> str:

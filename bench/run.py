@@ -19,6 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from minigrad import Tensor  # noqa: E402
+from minigrad.helpers import cpu_model  # noqa: E402
 from minigrad.schedule.scheduler import create_schedule  # noqa: E402
 from minigrad.engine.realize import run_schedule  # noqa: E402
 
@@ -40,12 +41,7 @@ def median_seconds(fn: Callable[[], object], runs: int = 7, warmup: int = 2) -> 
 
 
 def machine() -> str:
-  model = platform.processor() or "unknown cpu"
-  try:
-    with open("/proc/cpuinfo") as f:
-      model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-  except (OSError, StopIteration): pass
-  return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}" + \
+  return f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}" + \
          (f", torch {torch.__version__} ({torch.get_num_threads()} threads)" if torch else "")
 
 

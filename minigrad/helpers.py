@@ -8,6 +8,7 @@ import functools
 import math
 import os
 import pathlib
+import platform
 
 
 @functools.cache
@@ -54,6 +55,16 @@ def cache_dir() -> pathlib.Path:
   path = pathlib.Path(os.environ.get("MINIGRAD_CACHE") or pathlib.Path.home() / ".cache" / "minigrad")
   path.mkdir(parents=True, exist_ok=True)
   return path
+
+
+def cpu_model() -> str:
+  """The CPU's model name (from /proc/cpuinfo on Linux), for cache keys and benchmark reports."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"): return line.split(":", 1)[1].strip()
+  except OSError: pass
+  return platform.processor() or platform.machine()
 
 
 def colored(text: str, color: str | None) -> str:

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 import numpy as np
-from minigrad.helpers import DEBUG, cache_dir, getenv
+from minigrad.helpers import DEBUG, cache_dir, cpu_model, getenv
 from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source
 
 PARALLEL_MIN_WORK = 1 << 16   # loop iterations below which a second thread costs more than it saves
@@ -66,12 +66,7 @@ CFLAGS = ("-shared", "-O2", "-march=native", "-fPIC", "-ffp-contract=fast", "-fn
 
 def _host_cpu_id() -> str:
   """Identifies the CPU for the cache key: -march=native binaries from another machine may not run here."""
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"): return line.split(":", 1)[1].strip()
-  except OSError: pass
-  return platform.processor() or platform.machine()
+  return cpu_model()
 
 
 def _probe_compiler(argv: list[str]) -> str | None:
