@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Callable
 import argparse
 import os
-import platform
 import statistics
 import time
 import numpy as np
