@@ -12,7 +12,7 @@ from __future__ import annotations
 from minigrad.dtype import DType, dtypes
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.rewrite import graph_rewrite, PatternMatcher, UPat
-from minigrad.uop.symbolic import symbolic
+from minigrad.uop.symbolic import symbolic, split_terms
 
 VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.FDIV, Ops.NEG}        # what C vector extensions spell directly
 VECTOR_REDUCES = {Ops.ADD, Ops.MUL, Ops.MAX}                # MAX only on float32 (it blends with a mask)
@@ -77,10 +77,13 @@ class _Vectorizer:
   # ---- analysis of per-lane index expressions ----
   def contiguous(self, index: UOp) -> bool:
     """Is lane l's index exactly lane 0's index + l?"""
+    lane_terms = [t for t in split_terms(index) if t in self.dependent]
+    if lane_terms == [self.lane]: return True    # the common case, read off the sum: base + lane
     lanes = self.lane_values(index)
     return all(graph_rewrite(lanes[l] + lanes[0] * -1, symbolic) is UOp.const(index.dtype, l) for l in range(1, self.width))
 
   def uniform(self, node: UOp) -> bool:
+    if node not in self.dependent: return True
     lanes = [graph_rewrite(x, symbolic) for x in self.lane_values(node)]
     return all(x is lanes[0] for x in lanes)
 
