@@ -14,7 +14,7 @@ import argparse
 import math
 import sys
 from minigrad import Tensor, nn
-from training import TrainingResult, add_training_args, train
+from training import TrainingResult, add_training_args, main_for, train
 
 
 class MLP:
@@ -41,12 +41,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def run(argv: Sequence[str] | None = None) -> TrainingResult: return train(parse_args(argv), build_model, "mnist_mlp")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-  try: run(argv)
-  except ImportError as error:   # the digits fallback without scikit-learn
-    print(f"error: {error}", file=sys.stderr)
-    return 2
-  return 0
+main = main_for(run)
 
 
 if __name__ == "__main__": sys.exit(main())

@@ -225,3 +225,14 @@ def plot_history(result: TrainingResult, path: str | os.PathLike, title: str) ->
   figure.savefig(path, dpi=100)
   plt.close(figure)
   print(f"saved the curves to {path}")
+
+
+def main_for(run: Callable[[Any], Any]) -> Callable[..., int]:
+  """An example's command-line entry: run it; the digits fallback without scikit-learn becomes a message, exit 2."""
+  def main(argv: Any = None) -> int:
+    try: run(argv)
+    except ImportError as error:
+      print(f"error: {error}", file=sys.stderr)
+      return 2
+    return 0
+  return main

@@ -7,33 +7,15 @@ the same random upstream gradient through both and compares every input's gradie
 are small: compiling kernels dominates the runtime.
 """
 from __future__ import annotations
-from typing import Any, Callable
+from typing import Callable
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from minigrad import Tensor, dtypes
+from minigrad import Tensor
 from minigrad.nn import functional as F
 
-TORCH_TO_MG = {torch.float32: dtypes.float32, torch.float64: dtypes.float64, torch.float16: dtypes.float16,
-               torch.int8: dtypes.int8, torch.int16: dtypes.int16, torch.int32: dtypes.int32, torch.int64: dtypes.int64,
-               torch.uint8: dtypes.uint8, torch.bool: dtypes.bool}
-
-
-def randn(*shape: int, seed: int = 0) -> np.ndarray:
-  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def randint(*shape: int, low: int = -3, high: int = 4, dtype: Any = np.int32, seed: int = 0) -> np.ndarray:
-  return np.random.default_rng(seed).integers(low, high, shape).astype(dtype)
-
-
-def assert_same(mine: Tensor, theirs: torch.Tensor, atol: float = 1e-4, rtol: float = 1e-4) -> None:
-  assert mine.shape == tuple(theirs.shape), f"shape {mine.shape} != torch's {tuple(theirs.shape)}"
-  assert mine.dtype == TORCH_TO_MG[theirs.dtype], f"dtype {mine.dtype} != torch's {theirs.dtype}"
-  got, expected = mine.numpy(), theirs.detach().numpy()
-  if expected.dtype.kind in "biu": np.testing.assert_array_equal(got, expected)
-  else: np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), atol=atol, rtol=rtol, equal_nan=True)
+from torch_compare import assert_same, randint, randn
 
 
 def compare(fn: Callable, *arrays: np.ndarray, torch_fn: Callable | None = None, grad: bool = True, atol: float = 1e-4) -> None:
