@@ -42,7 +42,7 @@ def main() -> None:
   heading("3. the kernel AST: LOADs with ShapeTracker views, ALU ops, a REDUCE_AXIS, one STORE")
   print(pretty(item.ast))
 
-  heading("4. the Kernel: loop dims (global dims, then reduce dims)")
+  heading("4. the Kernel: loop dims (global dims, then reduce dims), before any optimization")
   kernel = Kernel(item.ast)
   print(f"name {kernel.name}  full shape {kernel.full_shape}  global dims {kernel.global_dims}  "
         f"reduce axes {sorted(kernel.reduce_axes)}  opts {kernel.applied_opts}")
@@ -58,6 +58,8 @@ def main() -> None:
   print(Device[Device.DEFAULT].renderer.render(kernel.name, uops))
 
   heading("7. run it and compare with numpy")
+  print("before running, the engine optimizes the kernel (UPCAST dims, the innermost as SIMD lanes, threads);")
+  print("DEBUG=3 prints the opts it chose and DEBUG=4 that kernel's source; NOOPT=1 runs the plain loops above")
   GlobalCounters.reset()
   result = c.numpy()
   expected = np.maximum(a_np @ b_np, 0)
