@@ -12,6 +12,7 @@ permuted or padded view): `views[0]` addresses the buffer and each later view ad
 of the previous view's shape. Adjacent views are merged whenever the pair is expressible as one view.
 """
 from __future__ import annotations
+import functools
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 import operator
@@ -401,6 +402,9 @@ class ShapeTracker:
   def __add__(self, other: ShapeTracker) -> ShapeTracker:
     """Composition: `other` indexes a contiguous array of self.shape; the result maps other.shape to self's base."""
     if not isinstance(other, ShapeTracker): return NotImplemented
+    return _compose(self, other)
+
+  def _compose(self, other: ShapeTracker) -> ShapeTracker:
     reach = other.views[0].valid_index_range()
     if reach is not None and not (0 <= reach[0] and reach[1] < self.size):
       raise ValueError(f"can't compose: {other} reads elements {reach[0]}..{reach[1]}, outside the {self.size} "
@@ -478,3 +482,9 @@ def _unravel_uops(flat: UOp, shape: Sequence[int]) -> list[UOp]:
     coord = flat // place[d] if place[d] != 1 else flat
     coords.append(coord if d == outermost else coord % size)
   return coords
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _compose(first: ShapeTracker, second: ShapeTracker) -> ShapeTracker:
+  """Trackers are immutable values, and training steps compose the same pairs every step: remember them."""
+  return first._compose(second)
