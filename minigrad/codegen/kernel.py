@@ -137,11 +137,6 @@ class Kernel:
       del self.axis_kinds[axis]
     self.applied_opts.append(opt)
 
-  def upcast_size(self) -> int:
-    size = 1
-    for dim in self.full_shape[self.first_upcast:]: size *= dim
-    return size
-
   # ---- naming ----
   @property
   def name(self) -> str:

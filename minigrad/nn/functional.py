@@ -17,7 +17,6 @@ from minigrad.dtype import dtypes
 from minigrad.tensor import Tensor
 from minigrad.nn.state import assign
 from minigrad.nn.conv import ArgumentError, IntOrPair, sliding_windows, conv, conv_transpose, max_pool, avg_pool
-from minigrad.nn.conv import _ntuple as _pair   # noqa: F401  (minigrad.nn's layers import it from here)
 from minigrad.nn.einsum import einsum
 
 __all__ = ["ArgumentError", "IntOrPair", "sliding_windows", "einsum", "conv1d", "conv2d", "conv3d", "conv_transpose1d",

@@ -205,8 +205,3 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
 def mark_realized(stored: dict[UOp, UOp]) -> None:
   """Record computed nodes so later graphs load them instead of computing them again."""
   realized.update(stored)
-
-
-def describe(items: list[ScheduleItem]) -> str:
-  return "\n".join(f"kernel {i}: writes buffer {it.bufs[0].arg[0]} reads {[b.arg[0] for b in it.bufs[1:]]}" for i, it in enumerate(items))
-

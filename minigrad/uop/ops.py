@@ -10,7 +10,7 @@ of every ALU op, used for constant folding and by interpreters).
 from __future__ import annotations
 from enum import Enum, auto
 from functools import cached_property
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 import itertools
 import math
 import operator
@@ -152,8 +152,6 @@ class UOp(metaclass=_UOpCache):
   def toposort(self) -> list[UOp]:
     """Every node this one depends on, itself last, each after all of its sources."""
     return toposort([self])
-
-  def sparents(self) -> set[UOp]: return set(self.toposort)
 
   # ---- tensor graph and kernel AST facts ----
   @cached_property
@@ -343,7 +341,3 @@ def pretty(root: UOp, max_nodes: int = 200) -> str:
     srcs = f" ({', '.join(f'%{numbers[s]}' for s in n.src)})" if n.src else ""
     lines.append(f"%{numbers[n]} = {n.op.name} {n.dtype.name}{srcs}{arg}")
   return "\n".join(lines)
-
-
-def iter_ops(root: UOp, op: Ops) -> Iterator[UOp]:
-  return (n for n in root.toposort if n.op is op)
