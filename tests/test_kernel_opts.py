@@ -34,7 +34,8 @@ PROGRAMS = {
   "math": lambda: Tensor(arr(4, 16)).abs().sqrt().log() + Tensor(arr(4, 16)).sin(),
   "arange": lambda: Tensor.arange(64).reshape(4, 16).float() * 0.5,
 }
-CANDIDATES = [Opt(op, axis, amount) for op in ("UPCAST", "UNROLL") for axis in range(3) for amount in (2, 4, 8, 16)]
+CANDIDATES = [Opt(op, axis, amount) for op in ("UPCAST", "UNROLL", "LOCAL", "PADTO") for axis in range(3) for amount in (2, 4, 8, 16)] + \
+  [Opt("PADTO", axis, amount) for axis in range(3) for amount in (3, 5, 7)] + [Opt("SWAP", 0, 1)]
 
 
 def valid_sequences(t: Tensor, length: int):
@@ -90,7 +91,12 @@ def test_row_sum_takes_lanes_from_the_reduce_dim():
   (Opt("UPCAST", 5, 2), "axis 5 out of range"),
   (Opt("UPCAST", 0, 3), "doesn't divide"),
   (Opt("UNROLL", 1, 2), "axis 1 out of range"),
-  (Opt("LOCAL", 0, 2), "unknown optimization"),
+  (Opt("TILE", 0, 2), "unknown optimization"),
+  (Opt("LOCAL", 2, 2), "axis 2 out of range"),
+  (Opt("GROUP", 0, 2), "needs a device with workgroups"),
+  (Opt("PADTO", 0, 4), "already a multiple"),
+  (Opt("PADTO", 3, 4), "out of range"),
+  (Opt("SWAP", 0, 0), "two different global dims"),
 ])
 def test_bad_opts_are_refused(opt, message):
   (item,) = (Tensor(arr(8, 12)) @ Tensor(arr(12, 16))).schedule()

@@ -53,9 +53,16 @@ class CRenderer:
   def type_name(self, dt: DType) -> str:
     if isinstance(dt, PtrDType): return self.type_name(dt.base) + "*"
     if dt.count > 1 and dt.scalar() == dtypes.bool: return f"mask_v{dt.count}"   # int32 lanes of -1 (true) / 0
-    if dt.count > 1: return f"{self.type_name(dt.scalar())}_v{dt.count}"   # typedef'd by vector_typedefs
+    if dt.count > 1: return f"{self.type_name(dt.scalar()).replace(' ', '_')}_v{dt.count}"   # typedef'd by vector_typedefs
     if dt not in self.type_names: raise NotImplementedError(f"{type(self).__name__} can't render dtype {dt}")
     return self.type_names[dt]
+
+  # GPU-shaped kernels (workgroup/thread ids, local memory, barriers): spelled by the OpenCL/CUDA subclasses
+  has_local = False
+  barrier = ""
+
+  def render_special(self, u: UOp) -> str: raise NotImplementedError(f"{type(self).__name__} has no workgroups ({u.arg[0]})")
+  def render_local(self, name: str, dt: DType, size: int) -> str: raise NotImplementedError(f"{type(self).__name__} has no local memory")
 
   def render_const(self, value: float | int | bool, dt: DType) -> str:
     if dtypes.is_bool(dt): return "1" if value else "0"
@@ -114,6 +121,11 @@ class CRenderer:
       src = [names.get(s, "") for s in u.src]
       if u.op is Ops.DEFINE_GLOBAL: names[u] = f"{self.buffer_prefix}data{u.arg}"
       elif u.op is Ops.DEFINE_VAR: names[u] = u.arg[0]
+      elif u.op is Ops.SPECIAL: names[u] = self.render_special(u)
+      elif u.op is Ops.DEFINE_LOCAL:
+        names[u] = u.arg[0]
+        line(self.render_local(u.arg[0], u.dtype.base, u.arg[1]))
+      elif u.op is Ops.BARRIER: line(self.barrier)
       elif u.op is Ops.CONST: names[u] = self.render_vector_const(u.arg, u.dtype)
       elif u.op is Ops.RANGE:
         var = fresh("ridx" if u.arg[1] == "reduce" else "gidx")
@@ -147,9 +159,11 @@ class CRenderer:
         line(f"{src[0]} = {_strip(src[1])};")
         names[u] = src[0]
       else:
-        if u.op is Ops.CAST and u.dtype.count > 1: expr = f"__builtin_convertvector({src[0]}, {self.type_name(u.dtype)})"
+        if u.op is Ops.CAST and u.dtype.count > 1: expr = self.render_vector_cast(src[0], u.src[0].dtype, u.dtype)
         elif u.op is Ops.CAST: expr = self.render_cast(src[0], u.dtype)
+        elif u.op is Ops.BITCAST and u.dtype.count > 1: expr = f"(({self.type_name(u.dtype)})({src[0]}))"   # same-size vectors reinterpret
         elif u.op is Ops.BITCAST: expr = self.render_bitcast(src[0], u.src[0].dtype, u.dtype)
+        elif u.op is Ops.NEG and u.dtype.count > 1 and u.dtype.scalar() == dtypes.bool: expr = f"(~{src[0]})"   # masks are -1/0
         elif u.op in (Ops.MAX, Ops.WHERE) and u.dtype.count > 1: expr = self.render_vector_select(u, src)
         elif u.op in VECTOR_MATH and u.dtype.count > 1: expr = f"{VECTOR_MATH[u.op]}_v{u.dtype.count}({src[0]})"
         elif u.op in GroupOp.ALU:
@@ -186,19 +200,31 @@ class CRenderer:
     return lines
 
   def vector_math(self, uops: list[UOp]) -> list[str]:
-    """exp2/log2/sin/sqrt on float32 vectors: glibc's libmvec SIMD versions where the CPU has them, else a loop."""
+    """exp2/log2/sin/sqrt/trunc on float32 vectors: glibc's libmvec SIMD versions (trunc: one x86 rounding
+    instruction) where the CPU has them, else a loop over the lanes."""
     lines = []
-    for op, width in sorted({(u.op, u.dtype.count) for u in uops if u.op in VECTOR_MATH and u.dtype.count > 1}, key=lambda x: (x[0].value, x[1])):
+    used = sorted({(u.op, u.dtype.count) for u in uops if u.op in VECTOR_MATH and u.dtype.count > 1}, key=lambda x: (x[0].value, x[1]))
+    if any(op is Ops.TRUNC for op, _ in used): lines += ["#if defined(__x86_64__)", "#include <immintrin.h>", "#endif"]
+    for op, width in used:
       name, vec = VECTOR_MATH[op], self.type_name(dtypes.float32.vec(width))
       lines.append(f"static inline {vec} {name}_v{width}({vec} x) {{")
-      if op is not Ops.SQRT and width in LIBMVEC:
+      fast = None
+      if op is Ops.TRUNC and width in X86_TRUNC: fast = (X86_TRUNC[width][0], [f"  return {X86_TRUNC[width][1]};"])
+      elif op is not Ops.SQRT and op is not Ops.TRUNC and width in LIBMVEC:
         letter, feature = LIBMVEC[width]
-        lines += [f"#if defined(__x86_64__) && defined({feature})", f"  {vec} _ZGV{letter}N{width}v_{name}({vec});",
-                  f"  return _ZGV{letter}N{width}v_{name}(x);", "#else"]
+        fast = (feature, [f"  {vec} _ZGV{letter}N{width}v_{name}({vec});", f"  return _ZGV{letter}N{width}v_{name}(x);"])
+      if fast: lines += [f"#if defined(__x86_64__) && defined({fast[0]})", *fast[1], "#else"]
       lines += [f"  {vec} out;", f"  for (int i = 0; i < {width}; i++) out[i] = {name}(x[i]);", "  return out;"]
-      if op is not Ops.SQRT and width in LIBMVEC: lines.append("#endif")
+      if fast: lines.append("#endif")
       lines.append("}")
     return lines
+
+  def render_vector_cast(self, x: str, source: DType, target: DType) -> str:
+    """Lane-wise conversion; a mask (-1/0 lanes) converts as the bools it holds (true -> 1), and a value
+    becomes a mask by comparing with zero."""
+    if source.scalar() == dtypes.bool: return f"__builtin_convertvector(-({x}), {self.type_name(target)})"
+    if target.scalar() == dtypes.bool: return f"({x}!={self.render_vector_const(0, source)})"
+    return f"__builtin_convertvector({x}, {self.type_name(target)})"
 
   def vector_access(self, element: str, dt: DType) -> str:
     """The dt-wide vector in memory starting at `element` (e.g. data1[i])."""
@@ -216,13 +242,16 @@ class CRenderer:
 
   def render_broadcast(self, scalar: str, dt: DType) -> str:
     """One value in every lane: GCC/clang broadcast a scalar added to (or, for masks, subtracted from) a vector."""
-    return f"(({self.type_name(dt)}){{0}}{'-' if dt.scalar() == dtypes.bool else '+'}{scalar})"
+    if dt.scalar() == dtypes.bool: return f"(({self.type_name(dt)}){{0}}-(int)({scalar}))"   # GCC won't mix _Bool and vectors
+    return f"(({self.type_name(dt)}){{0}}+{scalar})"
 
 
 SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
 # float32 math on vectors: name of the libm function; libmvec variants by width: (ISA letter, the C macro it needs)
-VECTOR_MATH = {Ops.EXP2: "exp2f", Ops.LOG2: "log2f", Ops.SIN: "sinf", Ops.SQRT: "sqrtf"}
+VECTOR_MATH = {Ops.EXP2: "exp2f", Ops.LOG2: "log2f", Ops.SIN: "sinf", Ops.SQRT: "sqrtf", Ops.TRUNC: "truncf"}
 LIBMVEC = {4: ("b", "__SSE2__"), 8: ("d", "__AVX2__"), 16: ("e", "__AVX512F__")}
+# round toward zero (immediate 11 = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), by vector width: (C macro, call)
+X86_TRUNC = {4: ("__SSE4_1__", "_mm_round_ps(x, 11)"), 8: ("__AVX__", "_mm256_round_ps(x, 11)"), 16: ("__AVX512F__", "_mm512_roundscale_ps(x, 11)")}
 
 
 def _strip(expr: str) -> str:

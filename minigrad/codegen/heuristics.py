@@ -12,6 +12,7 @@ The rules, for a CPU with 16-float SIMD registers:
 """
 from __future__ import annotations
 from minigrad.codegen.kernel import Kernel, Opt
+from minigrad.codegen.gpu_heuristics import gpu_optimizations
 from minigrad.codegen.lowerer import VECTOR_WIDTHS
 from minigrad.codegen.vectorize import vector_ok
 from minigrad.uop.ops import Ops
@@ -32,6 +33,7 @@ def _widest_lanes(size: int, dtype_bytes: int) -> int | None:
 
 
 def hand_coded_optimizations(k: Kernel) -> None:
+  if k.has_local: return gpu_optimizations(k)
   if not k.full_shape: return
   stored = [n.src[2].dtype for n in k.ast.toposort if n.op is Ops.STORE]
   if any(not vector_ok(dt, 2) for dt in stored): return   # SIMD lanes are float32/float64 only

@@ -2,11 +2,14 @@
 
 Input: a kernel AST from the scheduler (SINK of STORE, every VIEW of the same rank). Output: a `Kernel` whose
 `full_shape` lists the loop sizes and whose `axis_kinds` say what each dim becomes:
-  "global"  an output loop (on CPU the outermost one is split across threads; on GPUs a grid dim)
+  "global"  an output loop (on CPU the outermost one is split across threads; on GPUs a grid dim: gidx)
+  "local"   a piece of a global dim run by the threads of one workgroup (GPU lidx; on CPU just an inner loop)
+  "group"   a piece of a reduce dim shared out to the threads of a workgroup, whose partial results meet in
+            local memory (GPU only)
   "reduce"  a loop a REDUCE accumulates over
   "upcast"  a piece of a global dim, unrolled in the kernel body (the innermost one becomes SIMD lanes)
   "unroll"  a piece of a reduce dim, unrolled in the loop body
-Dims are kept in that order: globals, reduces, then upcast/unroll dims in the order they were made.
+Dims are kept in that order: globals, locals, groups, reduces, then upcast/unroll dims in the order they were made.
 All ShapeTrackers (`sts`) are reshaped/permuted together, so every buffer keeps seeing the same loop nest.
 
 Shape simplification keeps the loop nest small and the names meaningful: size-1 dims are dropped, reduce
@@ -19,13 +22,24 @@ from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.shapetracker import ShapeTracker
 
 VIEW_HOLDERS = (Ops.LOAD, Ops.STORE, Ops.CONST, Ops.VALID, Ops.ARANGE)
-OPT_KINDS = ("UPCAST", "UNROLL")
+OPT_KINDS = ("UPCAST", "UNROLL", "LOCAL", "GROUP", "GROUPTOP", "PADTO", "SWAP")
+KIND_ORDER = ("global", "local", "group", "reduce")   # the loop dims, in this order; upcast/unroll dims follow
+# ops f with f(0, 0, ...) == 0: padding a reduce dim with zeros leaves a sum unchanged if only these sit between
+# the padded leaves (which load/give 0 outside their mask) and the sum
+ZERO_PRESERVING = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.MAX, Ops.WHERE, Ops.CAST, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR,
+                   Ops.XOR, Ops.LOAD, Ops.CONST, Ops.VALID, Ops.ARANGE, Ops.VIEW, Ops.DEFINE_GLOBAL}
 
 
 @dataclass(frozen=True)
 class Opt:
-  """One optimization action. UPCAST splits `amount` off global dim `axis` into an unrolled/SIMD dim; UNROLL
-  does the same to reduce dim `axis` (axis counts from the first reduce dim)."""
+  """One optimization action on the dims of one kind (`axis` counts among those dims only):
+    UPCAST   split `amount` off global dim `axis` into an unrolled/SIMD dim
+    UNROLL   the same for reduce dim `axis`
+    LOCAL    split `amount` off global dim `axis` into a local dim (threads of a GPU workgroup)
+    GROUP    share reduce dim `axis` among `amount` threads of a workgroup, thread t taking elements t, t+amount, ...
+    GROUPTOP the same, thread t taking the t-th contiguous chunk
+    PADTO    pad loop dim `axis` (counting all loop dims) up to a multiple of `amount`; the padding is masked
+    SWAP     exchange global dims `axis` and `amount`"""
   op: str
   axis: int
   amount: int
@@ -38,9 +52,10 @@ class KernelOptError(ValueError):
 
 
 class Kernel:
-  def __init__(self, ast: UOp):
+  def __init__(self, ast: UOp, has_local: bool = False):
+    """`has_local`: the target device has workgroups with local memory (GPU-shaped), which GROUP needs."""
     if ast.op is not Ops.SINK: raise ValueError(f"a kernel AST must be a SINK, got {ast.op}")
-    self.ast = ast
+    self.ast, self.has_local = ast, has_local
     self.applied_opts: list[Opt] = []
     holders = [n for n in ast.toposort if n.op in VIEW_HOLDERS and any(s.op is Ops.VIEW for s in n.src)]
     self.views: list[UOp] = list(dict.fromkeys(s for n in holders for s in n.src if s.op is Ops.VIEW))
@@ -63,15 +78,17 @@ class Kernel:
   @property
   def reduce_axes(self) -> set[int]: return {i for i, kind in enumerate(self.axis_kinds) if kind in ("reduce", "unroll")}
 
+  def axes_of(self, kind: str) -> list[int]: return [i for i, k in enumerate(self.axis_kinds) if k == kind]
+
   @property
   def first_reduce(self) -> int:
-    """Index of the first reduce loop (== the number of global loops)."""
-    return sum(1 for kind in self.axis_kinds if kind == "global")
+    """Index of the first group/reduce dim (== the number of global and local dims: the output loops)."""
+    return sum(1 for kind in self.axis_kinds if kind in ("global", "local"))
 
   @property
   def first_upcast(self) -> int:
     """Index of the first upcast/unroll dim (== the number of loops)."""
-    return sum(1 for kind in self.axis_kinds if kind in ("global", "reduce"))
+    return sum(1 for kind in self.axis_kinds if kind in KIND_ORDER)
 
   @property
   def global_dims(self) -> tuple[int, ...]: return self.full_shape[:self.first_reduce]
@@ -115,27 +132,75 @@ class Kernel:
 
   # ---- optimization actions ----
   def apply_opt(self, opt: Opt) -> None:
-    """Split `opt.amount` off a global (UPCAST) or reduce (UNROLL) dim into a new innermost unrolled dim."""
+    """Apply one action (see `Opt`), or raise KernelOptError saying why it doesn't fit this kernel."""
     if opt.op not in OPT_KINDS: raise KernelOptError(f"unknown optimization {opt.op!r}; known: {OPT_KINDS}")
-    kind = "global" if opt.op == "UPCAST" else "reduce"
-    candidates = [i for i, k in enumerate(self.axis_kinds) if k == kind]
+    if opt.op == "PADTO": self._pad_to(opt)
+    elif opt.op == "SWAP": self._swap(opt)
+    else:
+      kind = "global" if opt.op in ("UPCAST", "LOCAL") else "reduce"
+      if opt.op in ("GROUP", "GROUPTOP"):
+        if not self.has_local: raise KernelOptError(f"{opt}: GROUP needs a device with workgroups and local memory (CL, CUDA, PYTHON)")
+        if sum(1 for n in self.ast.toposort if n.op is Ops.REDUCE_AXIS) != 1:
+          raise KernelOptError(f"{opt}: GROUP needs a kernel with exactly one reduction, {self.name} has another")
+        if self.axes_of("group"): raise KernelOptError(f"{opt}: kernel {self.name} is already grouped")
+      axis = self._axis(opt, kind)
+      new_kind = {"UPCAST": "upcast", "UNROLL": "unroll", "LOCAL": "local", "GROUP": "group", "GROUPTOP": "group"}[opt.op]
+      self._split(axis, opt, new_kind, amount_outside=opt.op == "GROUPTOP")
+    self.applied_opts.append(opt)
+
+  def _axis(self, opt: Opt, kind: str) -> int:
+    candidates = self.axes_of(kind)
     if not 0 <= opt.axis < len(candidates):
       raise KernelOptError(f"{opt}: axis {opt.axis} out of range, kernel {self.name} has {len(candidates)} {kind} dims {[self.full_shape[i] for i in candidates]}")
-    axis = candidates[opt.axis]
+    return candidates[opt.axis]
+
+  def _split(self, axis: int, opt: Opt, new_kind: str, amount_outside: bool = False) -> None:
+    """Split `opt.amount` off dim `axis` into a new dim of `new_kind`, placed where its kind goes. The amount is the
+    inner (fast) part of the index, or with `amount_outside` the outer part."""
     size = self.full_shape[axis]
     if opt.amount <= 1 or size % opt.amount != 0:
       raise KernelOptError(f"{opt}: amount {opt.amount} doesn't divide dim {opt.axis} of size {size} in kernel {self.name}")
-    # split dim `axis` into (size/amount, amount) in every view, then move the amount part to the end
-    self._reshape_all([st.shape[:axis] + ((st.shape[axis] // opt.amount, opt.amount) if st.shape[axis] != 1 else (1, 1)) + st.shape[axis + 1:]
-                       for st in self.sts])
-    self.axis_kinds.insert(axis + 1, "upcast" if opt.op == "UPCAST" else "unroll")
-    order = [i for i in range(self.shape_len) if i != axis + 1] + [axis + 1]
-    self._permute_all(order)
-    if self.full_shape[axis] == 1:   # the whole dim went into the new one: drop the size-1 loop
-      keep = [i for i in range(self.shape_len) if i != axis]
+    parts = (opt.amount, size // opt.amount) if amount_outside else (size // opt.amount, opt.amount)
+    self._reshape_all([st.shape[:axis] + (parts if st.shape[axis] != 1 else (1, 1)) + st.shape[axis + 1:] for st in self.sts])
+    new_axis = axis if amount_outside else axis + 1
+    self.axis_kinds.insert(new_axis, new_kind)
+    # move the new dim to the end of its kind's block (upcast/unroll dims go last)
+    rest = [i for i in range(self.shape_len) if i != new_axis]
+    if new_kind in KIND_ORDER:
+      rank = KIND_ORDER.index(new_kind)
+      position = sum(1 for i in rest if self.axis_kinds[i] in KIND_ORDER[:rank + 1])
+    else: position = len(rest)
+    self._permute_all(rest[:position] + [new_axis] + rest[position:])
+    # the whole dim went into the new one: drop the size-1 leftover
+    leftover = [i for i in range(self.shape_len) if self.full_shape[i] == 1]
+    if leftover:
+      keep = [i for i in range(self.shape_len) if i not in leftover]
       self._reshape_all([tuple(st.shape[i] for i in keep) for st in self.sts])
-      del self.axis_kinds[axis]
-    self.applied_opts.append(opt)
+      self.axis_kinds = [self.axis_kinds[i] for i in keep]
+
+  def _swap(self, opt: Opt) -> None:
+    globals_ = self.axes_of("global")
+    if not (0 <= opt.axis < len(globals_) and 0 <= opt.amount < len(globals_)) or opt.axis == opt.amount:
+      raise KernelOptError(f"{opt}: SWAP needs two different global dims below {len(globals_)} in kernel {self.name}")
+    order = list(range(self.shape_len))
+    a, b = globals_[opt.axis], globals_[opt.amount]
+    order[a], order[b] = order[b], order[a]
+    self._permute_all(order)
+
+  def _pad_to(self, opt: Opt) -> None:
+    if not 0 <= opt.axis < self.first_upcast:
+      raise KernelOptError(f"{opt}: axis {opt.axis} out of range, kernel {self.name} has {self.first_upcast} loop dims")
+    size = self.full_shape[opt.axis]
+    if opt.amount <= 1: raise KernelOptError(f"{opt}: amount must be > 1")
+    padded = -(-size // opt.amount) * opt.amount
+    if padded == size: raise KernelOptError(f"{opt}: dim {opt.axis} of size {size} is already a multiple of {opt.amount}")
+    if padded > 2 * size: raise KernelOptError(f"{opt}: padding dim {opt.axis} from {size} to {padded} more than doubles it")
+    if self.axis_kinds[opt.axis] in ("reduce", "group"):
+      reduces = [n for n in self.ast.toposort if n.op is Ops.REDUCE_AXIS]
+      if any(r.arg[0] is not Ops.ADD for r in reduces) or any(n.op not in ZERO_PRESERVING for r in reduces for n in r.src[0].toposort):
+        raise KernelOptError(f"{opt}: padding a reduce dim is only exact for a sum of ops that keep zeros zero")
+    self.sts = [st.pad(tuple((0, padded - size) if i == opt.axis and st.shape[i] != 1 else (0, 0) for i in range(len(st.shape))))
+                for st in self.sts]
 
   # ---- naming ----
   @property

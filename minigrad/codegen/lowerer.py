@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable
 import itertools
 from minigrad.dtype import dtypes
+from minigrad.helpers import prod
 from minigrad.uop.ops import UOp, Ops, GroupOp
 from minigrad.uop.rewrite import graph_rewrite
 from minigrad.uop.symbolic import symbolic
@@ -18,17 +19,42 @@ from minigrad.codegen.dtype_rules import lower_dtypes
 
 
 def loop_ranges(k: Kernel, threaded: bool = False) -> list[UOp]:
-  """One RANGE per dim; arg = (axis, "global" | "reduce"). With `threaded`, the outermost global loop runs
-  from `core_start` to `core_end`, kernel arguments that let the runtime split it across threads."""
+  """CPU-shaped loops: one RANGE per loop dim; arg = (axis, "global" | "reduce"); local dims are plain inner loops.
+  With `threaded`, the outermost global loop runs from `core_start` to `core_end`, kernel arguments that let
+  the runtime split it across threads."""
+  if k.axes_of("group"): raise RuntimeError(f"kernel {k.name} uses GROUP, which needs a device with local memory")
   ranges = []
-  for axis, size in enumerate(k.full_shape):
-    if axis >= k.first_upcast: break
+  for axis, size in enumerate(k.full_shape[:k.first_upcast]):
     kind = "reduce" if axis >= k.first_reduce else "global"
     if threaded and axis == 0 and kind == "global":
       bounds = (UOp.variable("core_start", 0, size - 1), UOp.variable("core_end", 1, size))
     else: bounds = (UOp.const(dtypes.index, 0), UOp.const(dtypes.index, size))
     ranges.append(UOp(Ops.RANGE, dtypes.index, bounds, (axis, kind)))
   return ranges
+
+
+MAX_GRID_DIMS = 3
+
+
+def grid_indices(sizes: list[int], prefix: str) -> list[UOp]:
+  """GPU-shaped indices for dims of `sizes` (outermost first): SPECIAL `{prefix}0` is the innermost dim (x), then y, z.
+  More than 3 dims: the outer ones share one SPECIAL and are recovered with // and %."""
+  if len(sizes) > MAX_GRID_DIMS:
+    merged = sizes[:len(sizes) - MAX_GRID_DIMS + 1]
+    specials = grid_indices([prod(merged)] + sizes[len(merged):], prefix)
+    below = [prod(merged[i + 1:]) for i in range(len(merged))]
+    return [(specials[0] // step) % size for step, size in zip(below, merged)] + specials[1:]
+  return [UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{len(sizes) - 1 - i}", size)) for i, size in enumerate(sizes)]
+
+
+def gpu_indices(k: Kernel) -> list[UOp]:
+  """Per loop dim: global dims -> workgroup ids (gidx), local and group dims -> thread ids (lidx), reduce dims -> RANGE."""
+  globals_, threads = k.axes_of("global"), k.axes_of("local") + k.axes_of("group")
+  by_axis = dict(zip(globals_, grid_indices([k.full_shape[a] for a in globals_], "gidx")))
+  by_axis.update(zip(threads, grid_indices([k.full_shape[a] for a in threads], "lidx")))
+  for axis in k.axes_of("reduce"):
+    by_axis[axis] = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 0), UOp.const(dtypes.index, k.full_shape[axis])), (axis, "reduce"))
+  return [by_axis[axis] for axis in range(k.first_upcast)]
 
 
 VECTOR_WIDTHS = (2, 4, 8, 16)
@@ -44,18 +70,18 @@ def pick_lane_axis(k: Kernel) -> int | None:
   return max(reversed(candidates), key=score) if candidates else None
 
 
-def lower(k: Kernel, threaded: bool = False, vector_lanes: bool = True) -> UOp:
-  """Lower the kernel: loops for global/reduce dims; upcast/unroll dims are unrolled (one copy of the body per
-  combination of their indices), except the innermost one, which becomes a "vector" range that the
-  vectorizer turns into SIMD lanes."""
-  loops = loop_ranges(k, threaded)
+def lower(k: Kernel, threaded: bool = False, vector_lanes: bool = True, gpu: bool = False) -> UOp:
+  """Lower the kernel: loops for global/reduce dims (with `gpu`, workgroup/thread ids for global/local/group dims);
+  upcast/unroll dims are unrolled (one copy of the body per combination of their indices), except the innermost
+  one, which becomes a "vector" range that the vectorizer turns into SIMD lanes."""
+  loops = gpu_indices(k) if gpu else loop_ranges(k, threaded)
   upcast_axes = list(range(k.first_upcast, k.shape_len))
   lane_axis = pick_lane_axis(k) if vector_lanes else None
   unrolled = [a for a in upcast_axes if a != lane_axis]
   lane = None if lane_axis is None else UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 0), UOp.const(dtypes.index, k.full_shape[lane_axis])),
                                             (lane_axis, "vector"))
   combos = list(itertools.product(*(range(k.full_shape[a]) for a in unrolled)))
-  reduce_loops = tuple(loops[a] for a in range(k.first_reduce, k.first_upcast)) + \
+  reduce_loops = tuple(loops[a] for a in k.axes_of("reduce")) + \
     ((lane,) if lane is not None and k.axis_kinds[lane_axis] == "unroll" else ())
   unroll_positions = [i for i, a in enumerate(unrolled) if k.axis_kinds[a] == "unroll"]
 
@@ -76,37 +102,69 @@ def lower(k: Kernel, threaded: bool = False, vector_lanes: bool = True) -> UOp:
       variants = [v[:pos] + (value,) + v[pos + 1:] for v in variants for value in range(k.full_shape[unrolled[pos]])]
     return variants
 
-  built: dict[tuple[UOp, tuple[int, ...]], UOp] = {}
+  lowering = _NodeLowering(k, loops, indexed, unroll_variants, reduce_loops)
   for node in k.ast.toposort:
-    for combo in combos:
-      built[(node, combo)] = _lower_node(node, combo, built, indexed, unroll_variants, reduce_loops)
-  stores = dict.fromkeys(built[(k.ast.src[0], combo)] for combo in combos)
+    for combo in combos: lowering.lower(node, combo)
+  stores = dict.fromkeys(lowering.built[(k.ast.src[0], combo)] for combo in combos)
   return vectorize(lower_dtypes(graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)))
 
 
-def _lower_node(node: UOp, combo: tuple[int, ...], built: dict, indexed: Callable, unroll_variants: Callable, reduce_loops: tuple[UOp, ...]) -> UOp:
-  def src(i: int, c: tuple[int, ...] = combo) -> UOp: return built[(node.src[i], c)]
-  if node.op in (Ops.VIEW, Ops.DEFINE_GLOBAL): return node
-  if node.op in (Ops.LOAD, Ops.STORE):
-    buf, view = node.src[:2]
-    index, valid = indexed(view, combo)
-    if node.op is Ops.LOAD and valid.op is Ops.CONST and not valid.arg: return node.const_like(0)
-    gate = () if valid.op is Ops.CONST and valid.arg else (valid,)
-    pointer = UOp(Ops.INDEX, buf.dtype, (buf, index) + gate)
-    return UOp(Ops.LOAD, node.dtype, (pointer,)) if node.op is Ops.LOAD else UOp(Ops.STORE, dtypes.void, (pointer, src(2)))
-  if node.op in (Ops.CONST, Ops.ARANGE, Ops.VALID):
-    views = [s for s in node.src if s.op is Ops.VIEW]
-    index, valid = indexed(views[0], combo) if views else (None, UOp.const(dtypes.bool, True))
-    if node.op is Ops.VALID: return valid
-    # element i of an arange is i: the view's index expression is the value
-    value = UOp.const(node.dtype, node.arg) if node.op is Ops.CONST else index.cast(node.dtype)
-    return value if valid.op is Ops.CONST and valid.arg else valid.where(value, value.const_like(0))
-  if node.op is Ops.REDUCE_AXIS:
-    op = node.arg[0]
-    values = [src(0, variant) for variant in unroll_variants(combo)]
-    combined = values[0]
-    for v in values[1:]: combined = combined.alu(op, v)
-    return UOp(Ops.REDUCE, node.dtype, (combined,) + reduce_loops, op) if reduce_loops else combined
-  if node.op is Ops.SINK: return node
-  if node.op in GroupOp.Elementwise: return node.replace(src=tuple(src(i) for i in range(len(node.src))))
-  raise RuntimeError(f"lowerer doesn't know {node.op}")
+class _NodeLowering:
+  """Lowers AST nodes one (node, combination of unrolled indices) at a time into `built`."""
+
+  def __init__(self, k: Kernel, loops: list[UOp], indexed: Callable, unroll_variants: Callable, reduce_loops: tuple[UOp, ...]):
+    self.k, self.loops, self.indexed, self.unroll_variants, self.reduce_loops = k, loops, indexed, unroll_variants, reduce_loops
+    self.built: dict[tuple[UOp, tuple[int, ...]], UOp] = {}
+    self.group_axes = k.axes_of("group")
+    self.thread_axes = k.axes_of("local") + self.group_axes
+    self.temp_count = 0
+
+  def lower(self, node: UOp, combo: tuple[int, ...]) -> None:
+    self.built[(node, combo)] = self._lower(node, combo)
+
+  def _lower(self, node: UOp, combo: tuple[int, ...]) -> UOp:
+    def src(i: int, c: tuple[int, ...] = combo) -> UOp: return self.built[(node.src[i], c)]
+    if node.op in (Ops.VIEW, Ops.DEFINE_GLOBAL, Ops.SINK): return node
+    if node.op in (Ops.LOAD, Ops.STORE):
+      buf, view = node.src[:2]
+      index, valid = self.indexed(view, combo)
+      if node.op is Ops.LOAD and valid.op is Ops.CONST and not valid.arg: return node.const_like(0)
+      if node.op is Ops.STORE:   # in a grouped reduce every thread of the group has the result: the first one stores it
+        for axis in self.group_axes: valid = valid & self.loops[axis].eq(0)
+      gate = () if valid.op is Ops.CONST and valid.arg else (valid,)
+      pointer = UOp(Ops.INDEX, buf.dtype, (buf, index) + gate)
+      return UOp(Ops.LOAD, node.dtype, (pointer,)) if node.op is Ops.LOAD else UOp(Ops.STORE, dtypes.void, (pointer, src(2)))
+    if node.op in (Ops.CONST, Ops.ARANGE, Ops.VALID):
+      views = [s for s in node.src if s.op is Ops.VIEW]
+      index, valid = self.indexed(views[0], combo) if views else (None, UOp.const(dtypes.bool, True))
+      if node.op is Ops.VALID: return valid
+      # element i of an arange is i: the view's index expression is the value
+      value = UOp.const(node.dtype, node.arg) if node.op is Ops.CONST else index.cast(node.dtype)
+      return value if valid.op is Ops.CONST and valid.arg else valid.where(value, value.const_like(0))
+    if node.op is Ops.REDUCE_AXIS:
+      op = node.arg[0]
+      values = [src(0, variant) for variant in self.unroll_variants(combo)]
+      combined = values[0]
+      for v in values[1:]: combined = combined.alu(op, v)
+      partial = UOp(Ops.REDUCE, node.dtype, (combined,) + self.reduce_loops, op) if self.reduce_loops else combined
+      return self._group_reduce(partial, op) if self.group_axes else partial
+    if node.op in GroupOp.Elementwise: return node.replace(src=tuple(src(i) for i in range(len(node.src))))
+    raise RuntimeError(f"lowerer doesn't know {node.op}")
+
+  def _thread_position(self, index_of: dict[int, UOp]) -> UOp:
+    position = UOp.const(dtypes.index, 0)
+    for axis in self.thread_axes: position = position * self.k.full_shape[axis] + index_of.get(axis, self.loops[axis])
+    return position
+
+  def _group_reduce(self, partial: UOp, op: Ops) -> UOp:
+    """Each thread of a workgroup wrote its partial result; after a barrier every thread combines the partials of
+    its group from local memory (the store is then gated to the group's first thread)."""
+    size = prod(self.k.full_shape[a] for a in self.thread_axes)
+    temp = UOp(Ops.DEFINE_LOCAL, partial.dtype.ptr(local=True), (), (f"temp{self.temp_count}", size))
+    self.temp_count += 1
+    store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, temp.dtype, (temp, self._thread_position({}))), partial))
+    barrier = UOp(Ops.BARRIER, dtypes.void, (store,))
+    group_ranges = {axis: UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 0), UOp.const(dtypes.index, self.k.full_shape[axis])),
+                              (self.k.shape_len + axis, "reduce")) for axis in self.group_axes}
+    loaded = UOp(Ops.LOAD, partial.dtype, (UOp(Ops.INDEX, temp.dtype, (temp, self._thread_position(group_ranges))), barrier))
+    return UOp(Ops.REDUCE, partial.dtype, (loaded, *group_ranges.values()), op)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import atexit
 import weakref
-from minigrad.helpers import DEBUG, NOOPT, GlobalCounters, colored, prod
+from minigrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, colored, prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, pretty
 from minigrad.schedule.scheduler import ScheduleItem
 from minigrad.codegen.kernel import Kernel, Opt
@@ -41,6 +41,7 @@ class CompiledKernel:
   flops: int
   outer_loop: int | None   # size of the outermost loop when the program can split it across threads
   buffer_args: list[int]   # which of the schedule item's buffers the compiled code takes (unread ones are dropped)
+  launch_dims: tuple[tuple[int, ...], tuple[int, ...]] | None = None   # GPU: (workgroups, threads per workgroup), x/y/z
   checked_sizes: set[tuple[int, ...]] = field(default_factory=set)
 
   def check_bounds(self, buffers: list[Buffer]) -> None:
@@ -48,6 +49,7 @@ class CompiledKernel:
     for u in self.uops:
       if u.op not in (Ops.LOAD, Ops.STORE) or len(u.src[0].src) != 2: continue
       buf, index = u.src[0].src
+      if buf.op is not Ops.DEFINE_GLOBAL: continue   # local memory: sized by the kernel itself
       width = (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).count   # a vector access spans `width` elements
       lo, hi, size = index.vmin, index.vmax + width - 1, buffers[buf.arg].size
       if lo < 0 or hi >= size:
@@ -58,6 +60,7 @@ class CompiledKernel:
       self.check_bounds(buffers)
       self.checked_sizes.add(sizes)
     extra = {} if self.outer_loop is None else {"outer_loop": self.outer_loop, "work": prod(self.kernel.full_shape)}
+    if self.launch_dims is not None: extra = {"global_size": self.launch_dims[0], "local_size": self.launch_dims[1]}
     return self.program(*[buffers[i].opaque for i in self.buffer_args], wait=wait, **extra)
 
 
@@ -80,11 +83,21 @@ def count_flops(uops: list[UOp]) -> int:
 compiled_kernels: dict[tuple[UOp, str, tuple[Opt, ...] | None], CompiledKernel] = {}
 
 
+def new_kernel(ast: UOp, device: str) -> Kernel:
+  """A Kernel for `ast` shaped for `device` (GPU devices have workgroups with local memory)."""
+  return Kernel(ast, has_local=getattr(Device[device].renderer, "has_local", False))
+
+
 def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> CompiledKernel:
-  """The compiled program for a kernel AST: with `opts` exactly those actions, else the device's default choice."""
+  """The compiled program for a kernel AST: with `opts` exactly those actions, else the device's default choice:
+  with BEAM=N the actions a beam search found (minigrad/engine/search.py; it wins over NOOPT), with NOOPT=1 none,
+  else the hand-coded ones."""
+  if opts is None and BEAM >= 1:
+    from minigrad.engine.search import beam_search   # search.py builds on this module: import it when used
+    opts = beam_search(ast, device, BEAM.value)
   key = (ast, device, None if opts is None else tuple(opts))
   if (found := compiled_kernels.get(key)) is not None: return found
-  kernel = Kernel(ast)
+  kernel = new_kernel(ast, device)
   if opts is not None:
     for opt in opts: kernel.apply_opt(opt)
   elif not NOOPT: hand_coded_optimizations(kernel)
@@ -94,20 +107,43 @@ def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> Compiled
 
 def compile_kernel(kernel: Kernel, device: str) -> CompiledKernel:
   """Kernel (with its opts applied) -> lower -> linearize -> render -> compile -> a launchable program."""
+  uops, source = render_kernel(kernel, device)
+  return load_kernel(kernel, device, uops, source, Device[device].compiler.compile_cached(source))
+
+
+def render_kernel(kernel: Kernel, device: str, verbose: bool = True) -> tuple[list[UOp], str]:
+  """Kernel -> lower -> linearize -> render: the linearized uops and the source text. With `verbose`, DEBUG>=3
+  prints the AST and the applied opts, DEBUG>=4 the source, DEBUG>=5 the uops."""
   dev = Device[device]
-  if DEBUG >= 3:
+  if verbose and DEBUG >= 3:
     print(pretty(kernel.ast))
     print(f"{kernel.name}: full shape {kernel.full_shape} ({', '.join(kernel.axis_kinds)}), applied opts {kernel.applied_opts}")
-  lowered = lower(kernel, threaded=getattr(dev.renderer, "threaded_outer_loop", False), vector_lanes=getattr(dev.renderer, "vector_lanes", False))
+  lowered = lower(kernel, threaded=getattr(dev.renderer, "threaded_outer_loop", False), vector_lanes=getattr(dev.renderer, "vector_lanes", False),
+                  gpu=getattr(dev.renderer, "has_local", False))
   uops = linearize(lowered)
-  if DEBUG >= 5:
+  if verbose and DEBUG >= 5:
     for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype.name:8s} {u.arg if u.op is not Ops.CONST else u.arg!r}")
   source = dev.renderer.render(kernel.name, uops)
-  if DEBUG >= 4: print(source)
-  program = dev.program(kernel.name, dev.compiler.compile_cached(source))
+  if verbose and DEBUG >= 4: print(source)
+  return uops, source
+
+
+def load_kernel(kernel: Kernel, device: str, uops: list[UOp], source: str, binary: bytes) -> CompiledKernel:
+  """The compiled binary of `source` (rendered from `kernel` as `uops`) -> a launchable program."""
+  dev = Device[device]
+  program = dev.program(kernel.name, binary)
   threaded = any(u.op is Ops.DEFINE_VAR and u.arg[0] == "core_start" for u in uops)
   return CompiledKernel(kernel.name, device, source, uops, kernel, program, count_flops(uops),
-                        kernel.full_shape[0] if threaded else None, sorted(u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL))
+                        kernel.full_shape[0] if threaded else None, sorted(u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL),
+                        launch_dims(uops) if getattr(dev.renderer, "has_local", False) else None)
+
+
+def launch_dims(uops: list[UOp]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+  """(workgroups, threads per workgroup) along x, y, z from a GPU kernel's SPECIAL ids (gidx0 is x)."""
+  specials = [u for u in uops if u.op is Ops.SPECIAL]
+  sizes = {"gidx": [1, 1, 1], "lidx": [1, 1, 1]}
+  for u in specials: sizes[u.arg[0][:4]][int(u.arg[0][4:])] = u.arg[1]
+  return tuple(sizes["gidx"]), tuple(sizes["lidx"])
 
 
 def run_schedule(items: list[ScheduleItem]) -> None:
