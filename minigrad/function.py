@@ -47,6 +47,17 @@ class Function:
     return out
 
 
+# ---- devices ----
+class Copy(Function):
+  """A copy to another device. The source is realized and its bytes go through host memory (the devices here
+  share no memory), so `.to()` runs the kernels the source still needs."""
+  def forward(self, x: UOp, device: str) -> UOp:
+    from minigrad.tensor import Tensor
+    self.source_device = x.device
+    return Tensor(self.inputs[0].numpy(), dtype=x.dtype, device=device).uop
+  def backward(self, grad: Tensor) -> Tensor: return grad.to(self.source_device)
+
+
 # ---- unary ----
 class Cast(Function):
   def forward(self, x: UOp, dtype: DType) -> UOp:

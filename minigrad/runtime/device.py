@@ -298,3 +298,13 @@ class _DeviceRegistry:
 
 
 Device = _DeviceRegistry()
+
+
+def available_devices() -> list[str]:
+  """The devices that open on this machine (their package, driver and hardware are there)."""
+  names = []
+  for name in DEVICE_NAMES:
+    try: Device[name]
+    except Exception: continue   # noqa: BLE001 - any failure to open means "not available here"
+    names.append(name)
+  return names
