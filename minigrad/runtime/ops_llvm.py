@@ -1,0 +1,96 @@
+"""The LLVM device: host memory, LLVM IR compiled in-process with llvmlite for this CPU, kernels run with ctypes.
+
+Input: LLVM IR text from minigrad.codegen.llvm_renderer (one exported `void @name(ptr..., i32...)` per kernel).
+Output: `create_device()` -> a `Compiled` whose compiler optimizes the IR for the host CPU (its name and
+features, so AVX-512 is used where present), emits an object file and links it into a shared library (bytes,
+cached on disk by the Compiler base). The library is loaded and launched exactly as the CPU backend's: the
+same allocator, thread pool and outer-loop splitting (minigrad.runtime.ops_cpu).
+
+Linking with the system's C compiler driver (`cc -shared ... -lm`) lets the dynamic loader resolve the libm
+functions LLVM calls for exp2/log2/sin, and unloading a kernel is an ordinary dlclose.
+"""
+from __future__ import annotations
+import os
+import subprocess
+import tempfile
+import threading
+from minigrad.helpers import DEBUG
+from minigrad.runtime.device import Compiled, CompileError, Compiler, numbered_source
+from minigrad.runtime.ops_cpu import CPUAllocator, CPUProgram, find_c_compiler
+from minigrad.codegen.llvm_renderer import LLVMRenderer
+
+try:
+  import llvmlite
+  import llvmlite.binding as llvm
+except ModuleNotFoundError as e:
+  raise RuntimeError("the LLVM backend needs llvmlite, which is not installed: pip install -e .[llvm] "
+                     "(or pip install 'llvmlite>=0.42')") from e
+
+OPT_LEVEL = 2
+_llvm_lock = threading.Lock()   # LLVM's global context is not thread-safe
+
+
+def _initialize_llvm() -> None:
+  # llvmlite >= 0.45 initializes LLVM itself and deprecates initialize(); older versions need it
+  try: llvm.initialize()
+  except RuntimeError: pass
+  llvm.initialize_native_target()
+  llvm.initialize_native_asmprinter()
+
+
+class LLVMCompiler(Compiler):
+  """LLVM IR text -> optimized object code for the host CPU -> a shared library (bytes)."""
+
+  def __init__(self, opt_level: int = OPT_LEVEL, link_timeout_s: float = 60.0):
+    _initialize_llvm()
+    self.opt_level, self.link_timeout_s = opt_level, link_timeout_s
+    self.cpu_name, self.features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    self.target_machine = llvm.Target.from_default_triple().create_target_machine(
+      cpu=self.cpu_name, features=self.features, opt=opt_level, reloc="pic", codemodel="default")
+    self.linker, linker_version = find_c_compiler()
+    super().__init__(f"llvmlite {llvmlite.__version__} LLVM {'.'.join(map(str, llvm.llvm_version_info))} O{opt_level} "
+                     f"triple={self.target_machine.triple} cpu={self.cpu_name} features={self.features} "
+                     f"linker={self.linker[0]} [{linker_version}]")
+
+  def compile(self, src: str) -> bytes:
+    return self.link(self.compile_object(src))
+
+  def compile_object(self, src: str) -> bytes:
+    """Parse, verify and optimize the IR, then emit an object file for the host CPU."""
+    with _llvm_lock:
+      try:
+        module = llvm.parse_assembly(src)
+        module.verify()
+      except RuntimeError as e:
+        raise CompileError(f"LLVM rejected the kernel IR: {str(e).strip()}\n--- source ---\n{numbered_source(src)}") from None
+      module.triple = self.target_machine.triple
+      module.data_layout = str(self.target_machine.target_data)
+      tuning = llvm.create_pipeline_tuning_options(speed_level=self.opt_level)
+      tuning.loop_vectorization = tuning.slp_vectorization = True
+      passes = llvm.create_pass_builder(self.target_machine, tuning)
+      passes.getModulePassManager().run(module, passes)
+      if DEBUG >= 6: print(str(module))
+      return self.target_machine.emit_object(module)
+
+  def link(self, obj: bytes) -> bytes:
+    """Link an object file into a shared library with the system's compiler driver."""
+    with tempfile.TemporaryDirectory(prefix="minigrad_llvm_") as workdir:
+      obj_path, lib_path = os.path.join(workdir, "kernel.o"), os.path.join(workdir, "kernel.so")
+      with open(obj_path, "wb") as f: f.write(obj)
+      command = [*self.linker, "-shared", "-o", lib_path, obj_path, "-lm"]
+      try: result = subprocess.run(command, capture_output=True, text=True, timeout=self.link_timeout_s)
+      except subprocess.TimeoutExpired: raise CompileError(f"linking the kernel took over {self.link_timeout_s} s: {' '.join(command)}") from None
+      if result.returncode != 0:
+        raise CompileError(f"linking the kernel failed (exit code {result.returncode}): {' '.join(command)}\n{(result.stderr + result.stdout).strip()}")
+      with open(lib_path, "rb") as f: return f.read()
+
+
+class LLVMProgram(CPUProgram):
+  """A kernel compiled by LLVM: the same shared-library calling convention as CPU kernels, so the same launcher
+  (`program(*buffer_addresses, vals=(), wait=False, outer_loop=None, work=0)`, outer loop split over threads)."""
+
+  def __repr__(self) -> str: return f"<LLVMProgram {self.name}>"
+
+
+def create_device() -> Compiled:
+  return Compiled("LLVM", CPUAllocator(), LLVMCompiler(), LLVMRenderer(), LLVMProgram)
