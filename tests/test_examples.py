@@ -119,3 +119,15 @@ def test_digits_fallback(tmp_path: Path, script: str, input_weight: str, shape: 
   state = load_file(str(checkpoint))
   assert state[input_weight].shape == shape and all(np.isfinite(v).all() for v in state.values())
   assert final_accuracy(result.stdout) > 0.5   # one short epoch on 1,437 images (chance is 10%)
+
+
+def test_backends_example_renders_every_language_and_agrees_everywhere(tmp_path: Path) -> None:
+  from minigrad.runtime.device import available_devices
+  result = run_example("backends.py", ["--rows", "8", "--cols", "512"], example_env(tmp_path))
+  out = result.stdout
+  assert "void r_8_" in out and "define void @r_8_" in out                      # C and LLVM IR
+  assert "__kernel void" in out and "__local float" in out and "barrier(" in out  # OpenCL with a grouped reduction
+  assert "__global__" in out and "__syncthreads()" in out                        # CUDA
+  for device in available_devices():
+    assert re.search(rf"^{device}\s+max relative error \S+ .* OK$", out, re.M), out
+  assert "MISMATCH" not in out
