@@ -109,3 +109,37 @@ def test_out_of_bounds_kernel_is_refused_not_run():
   small_input = Tensor(np.ones(4, np.float32)).uop.base      # the kernel reads 16 elements from a 4-element buffer
   with pytest.raises(RuntimeError, match="indexes data1 in \\[0, 15\\] but the buffer has 4 elements"):
     run_schedule([ScheduleItem(item.ast, (item.bufs[0], small_input))])
+
+
+# ---- SIMD code for the whole elementwise surface (vectorize.py + the C renderer's vector spelling) ----
+
+def kernel_body(t: Tensor) -> str:
+  (item,) = t.schedule()
+  source = get_kernel(item.ast, "CPU").source
+  return source[source.index("void "):]
+
+
+def test_exp_is_all_simd_and_matches_numpy():
+  x = np.array([-200, -104, -88.7, -20, -1, -1e-30, 0, 1e-30, 0.5, 1, 20, 88.7, 89, 100, np.nan, np.inf, -np.inf] * 4 + [3.0] * 60, np.float32)
+  t = Tensor(x).exp()
+  body = kernel_body(t)
+  # floor (trunc, compare), the exponent bits (float -> int, add, shift, bitcast) all stay in vector registers
+  assert "truncf_v16(" in body and "int_v16" in body and "[15]" not in body, body
+  with np.errstate(over="ignore"): np.testing.assert_allclose(t.numpy(), np.exp(x), rtol=2e-6)
+
+
+@pytest.mark.parametrize("name, fn, ref", [
+  ("floor", lambda t: t.floor(), np.floor),
+  ("trunc", lambda t: t.trunc(), np.trunc),
+  ("to_int32", lambda t: (t * 100).cast("int32") * 3 + 1, lambda x: (x * 100).astype(np.int32) * 3 + 1),
+  ("int_shift_bitcast", lambda t: ((t.abs() * 10).cast("int32") + 127).bitwise_left_shift(23).bitcast("float32"),
+   lambda x: (((np.abs(x) * 10).astype(np.int32) + 127) << 23).view(np.float32)),
+  ("mask_to_float", lambda t: (t > 0).cast("float32") - (t < -1).cast("float32") * 2, lambda x: (x > 0).astype(np.float32) - (x < -1) * 2.0),
+  ("where_int", lambda t: (t > 0).where((t * 4).cast("int32"), -7), lambda x: np.where(x > 0, (x * 4).astype(np.int32), -7)),
+])
+def test_int_and_mask_lanes_are_simd(name, fn, ref):
+  x = (np.random.default_rng(5).standard_normal(256) * 3).astype(np.float32)
+  t = fn(Tensor(x))
+  body = kernel_body(t)
+  assert "_v16" in body and "[15]" not in body, body   # one vector per 16 elements, no per-lane code
+  np.testing.assert_array_equal(t.numpy(), ref(x))

@@ -14,13 +14,16 @@ from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.rewrite import graph_rewrite, PatternMatcher, UPat
 from minigrad.uop.symbolic import symbolic, split_terms
 
-VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.FDIV, Ops.NEG}        # what C vector extensions spell directly
+VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.RECIP}   # what C vector extensions spell directly
+INT_VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL, Ops.SHR, Ops.AND, Ops.OR, Ops.XOR}
 VECTOR_REDUCES = {Ops.ADD, Ops.MUL, Ops.MAX}                # MAX only on float32 (it blends with a mask)
 MAX_VECTOR_BYTES = 64                                      # an AVX-512 register
+VECTOR_DTYPES = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32)
+LANE32_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32)   # 4-byte lanes: the same width as a mask's lanes
 
 
 def vector_ok(dtype: DType, width: int) -> bool:
-  return dtype in (dtypes.float32, dtypes.float64) and dtype.itemsize * width <= MAX_VECTOR_BYTES
+  return dtype in VECTOR_DTYPES and dtype.itemsize * width <= MAX_VECTOR_BYTES
 
 
 def vectorize(sink: UOp) -> UOp:
@@ -58,16 +61,25 @@ class _Vectorizer:
     return self.vector[node]
 
   def vector_op(self, node: UOp) -> bool:
-    """Can this op run on whole vectors? Arithmetic and casts on float vectors; on float32 also compares
-    (giving masks, int32 lanes of -1/0), masks combined with & and |, and selects on masks (max, where)."""
-    if vector_ok(node.dtype, self.width) and (node.op in VECTOR_OPS or node.op is Ops.CAST and vector_ok(node.src[0].dtype, self.width)):
-      return True
-    masks_ok = self.width * 4 <= MAX_VECTOR_BYTES
-    if node.op in (Ops.CMPLT, Ops.CMPNE): return masks_ok and all(s.dtype == dtypes.float32 for s in node.src)
-    if node.op in (Ops.AND, Ops.OR): return node.dtype == dtypes.bool and all(s in self.vector for s in node.src)
-    if node.op is Ops.MAX: return node.dtype == dtypes.float32 and masks_ok
-    if node.op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT): return node.dtype == dtypes.float32 and masks_ok   # SIMD math library
-    if node.op is Ops.WHERE: return node.dtype == dtypes.float32 and masks_ok and node.src[0] in self.vector
+    """Can this op run on whole vectors? Arithmetic and casts on float and int32 vectors, int32 bit ops; on
+    4-byte lanes also compares (giving masks, int32 lanes of -1/0), masks combined with & | ^ and negated,
+    casts from and to masks, bitcasts, trunc, and selects on masks (max, where)."""
+    dtype, width = node.dtype, self.width
+    if node.op in VECTOR_OPS and dtypes.is_float(dtype) and vector_ok(dtype, width): return True
+    if node.op in INT_VECTOR_OPS and dtype in (dtypes.int32, dtypes.uint32) and vector_ok(dtype, width): return True
+    masks_ok = width * 4 <= MAX_VECTOR_BYTES
+    lanes32 = masks_ok and dtype in LANE32_DTYPES
+    if node.op is Ops.CAST:
+      source = node.src[0].dtype
+      if vector_ok(dtype, width) and vector_ok(source, width): return True
+      return masks_ok and (source == dtypes.bool and dtype in LANE32_DTYPES or dtype == dtypes.bool and source in LANE32_DTYPES)
+    if node.op is Ops.BITCAST: return lanes32 and node.src[0].dtype in LANE32_DTYPES
+    if node.op in (Ops.CMPLT, Ops.CMPNE): return masks_ok and all(s.dtype in LANE32_DTYPES for s in node.src)
+    if node.op in (Ops.AND, Ops.OR, Ops.XOR, Ops.NEG):
+      return dtype == dtypes.bool and masks_ok and all(s in self.vector or s not in self.dependent for s in node.src)
+    if node.op in (Ops.MAX, Ops.TRUNC): return dtype == dtypes.float32 and masks_ok
+    if node.op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT): return dtype == dtypes.float32 and masks_ok   # SIMD math library
+    if node.op is Ops.WHERE: return lanes32 and node.src[0] in self.vector
     return False
 
   def vector_reduce(self, reduce: UOp) -> bool:
