@@ -12,6 +12,7 @@ import math
 import numpy as np
 from minigrad.dtype import DType, dtypes, PtrDType, bfloat16_bits
 from minigrad.uop.ops import UOp, Ops, GroupOp
+from minigrad.uop.symbolic import split_terms, _coefficient
 
 
 class CRenderer:
@@ -81,7 +82,7 @@ class CRenderer:
     if dt == dtypes.int32 and value == dtypes.min(dtypes.int32): return "(-2147483647-1)"
     return str(int(value))
 
-  def render_cast(self, x: str, dt: DType) -> str: return f"(({self.type_name(dt)})({x}))"
+  def render_cast(self, x: str, dt: DType, from_dt: DType | None = None) -> str: return f"(({self.type_name(dt)})({x}))"
 
   def render_bitcast(self, x: str, from_dt: DType, to_dt: DType) -> str:
     """Reinterpret the bits of `x` (same size) through a union, which C defines for this."""
@@ -110,6 +111,7 @@ class CRenderer:
     depth = 1
     globals_ = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
     written = {u.src[0].src[0].arg for u in uops if u.op is Ops.STORE}
+    streamed = self.streamed_stores(uops)
 
     def fresh(prefix: str) -> str:
       counters[prefix] = counters.get(prefix, 0) + 1
@@ -146,6 +148,7 @@ class CRenderer:
         index, value = u.src
         memory = self.vector_access(names[index], value.dtype) if value.dtype.count > 1 else names[index]
         store = f"{memory} = {_strip(src[1])};"
+        if u in streamed: store = f"stream_{self.type_name(value.dtype)}(&{names[index]}, {_strip(src[1])});"
         line(f"if ({names[index.src[2]]}) {store}" if len(index.src) > 2 else store)
       elif u.op is Ops.VECTORIZE:   # bools go into masks as -1/0
         if all(x is u.src[0] for x in u.src): names[u] = self.render_broadcast(src[0], u.dtype)
@@ -160,7 +163,7 @@ class CRenderer:
         names[u] = src[0]
       else:
         if u.op is Ops.CAST and u.dtype.count > 1: expr = self.render_vector_cast(src[0], u.src[0].dtype, u.dtype)
-        elif u.op is Ops.CAST: expr = self.render_cast(src[0], u.dtype)
+        elif u.op is Ops.CAST: expr = self.render_cast(src[0], u.dtype, u.src[0].dtype)
         elif u.op is Ops.BITCAST and u.dtype.count > 1: expr = f"(({self.type_name(u.dtype)})({src[0]}))"   # same-size vectors reinterpret
         elif u.op is Ops.BITCAST: expr = self.render_bitcast(src[0], u.src[0].dtype, u.dtype)
         elif u.op is Ops.NEG and u.dtype.count > 1 and u.dtype.scalar() == dtypes.bool: expr = f"(~{src[0]})"   # masks are -1/0
@@ -181,7 +184,12 @@ class CRenderer:
           names[u] = fresh("alu")
           line(f"{self.type_name(u.dtype)} {names[u]} = {_strip(expr)};")
     header = self.kernel_header(name, globals_, written, [u for u in uops if u.op is Ops.DEFINE_VAR])
-    return "\n".join(self.includes + self.vector_typedefs(uops) + self.vector_math(uops) + [header + " {"] + lines + ["}"]) + "\n"
+    if streamed: lines += ["#if defined(__x86_64__)", "  _mm_sfence();   /* streaming stores are visible to other threads once the kernel returns */", "#endif"]
+    return "\n".join(self.prelude(uops) + [header + " {"] + lines + ["}"]) + "\n"
+
+  def prelude(self, uops: list[UOp]) -> list[str]:
+    """What the source needs before the kernel function: includes, type definitions, helper functions."""
+    return self.includes + self.vector_typedefs(uops) + self.vector_math(uops) + self.stream_helpers(self.streamed_stores(uops))
 
   # ---- SIMD vectors (GCC/clang vector extensions) ----
   def vector_typedefs(self, uops: list[UOp]) -> list[str]:
@@ -204,7 +212,7 @@ class CRenderer:
     instruction) where the CPU has them, else a loop over the lanes."""
     lines = []
     used = sorted({(u.op, u.dtype.count) for u in uops if u.op in VECTOR_MATH and u.dtype.count > 1}, key=lambda x: (x[0].value, x[1]))
-    if any(op is Ops.TRUNC for op, _ in used): lines += ["#if defined(__x86_64__)", "#include <immintrin.h>", "#endif"]
+    if any(op is Ops.TRUNC for op, _ in used): lines += X86_INCLUDE
     for op, width in used:
       name, vec = VECTOR_MATH[op], self.type_name(dtypes.float32.vec(width))
       lines.append(f"static inline {vec} {name}_v{width}({vec} x) {{")
@@ -217,6 +225,34 @@ class CRenderer:
       lines += [f"  {vec} out;", f"  for (int i = 0; i < {width}; i++) out[i] = {name}(x[i]);", "  return out;"]
       if fast: lines.append("#endif")
       lines.append("}")
+    return lines
+
+  # ---- streaming (non-temporal) stores ----
+  # an output at least this big doesn't fit the caches: full-vector stores to it go straight to memory, which
+  # saves reading each cache line before overwriting it (a third of the memory traffic of a streaming kernel)
+  streaming_store_bytes = 32 << 20
+
+  def streamed_stores(self, uops: list[UOp]) -> set[UOp]:
+    """Whole-vector stores of 32/64 bytes at a multiple of their width, into an output of streaming size."""
+    def streams(store: UOp) -> bool:
+      index, value = store.src
+      width = value.dtype.count
+      if width == 1 or value.dtype.itemsize not in X86_STREAM or len(index.src) != 2: return False
+      if any(_coefficient(term)[1] % width for term in split_terms(index.src[1])): return False
+      return (index.src[1].vmax + width) * value.dtype.scalar().itemsize >= self.streaming_store_bytes
+    return {u for u in uops if u.op is Ops.STORE and streams(u)}
+
+  def stream_helpers(self, streamed: set[UOp]) -> list[str]:
+    lines = X86_INCLUDE + ["#include <stdint.h>"] if streamed else []
+    for dt in sorted({u.src[1].dtype for u in streamed}, key=lambda d: (d.name, d.count)):
+      vec, scalar = self.type_name(dt), self.type_name(dt.scalar())
+      feature, bits = X86_STREAM[dt.itemsize]
+      kind = {dtypes.float32: "ps", dtypes.float64: "pd"}.get(dt.scalar())
+      call = f"_mm{bits}_stream_{kind}(p, x)" if kind else f"_mm{bits}_stream_si{bits}((void*)p, (__m{bits}i)x)"
+      lines += [f"static inline void stream_{vec}({scalar}* p, {vec} x) {{",
+                f"#if defined(__x86_64__) && defined({feature})",   # aligned addresses only: checked here
+                f"  if (((uintptr_t)p & {dt.itemsize - 1}) == 0) {{ {call}; return; }}", "#endif",
+                f"  *(({vec}_unaligned*)p) = x;", "}"]
     return lines
 
   def render_vector_cast(self, x: str, source: DType, target: DType) -> str:
@@ -250,6 +286,9 @@ SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
 # float32 math on vectors: name of the libm function; libmvec variants by width: (ISA letter, the C macro it needs)
 VECTOR_MATH = {Ops.EXP2: "exp2f", Ops.LOG2: "log2f", Ops.SIN: "sinf", Ops.SQRT: "sqrtf", Ops.TRUNC: "truncf"}
 LIBMVEC = {4: ("b", "__SSE2__"), 8: ("d", "__AVX2__"), 16: ("e", "__AVX512F__")}
+X86_INCLUDE = ["#if defined(__x86_64__)", "#include <immintrin.h>", "#endif"]
+# non-temporal vector stores by vector bytes: (C macro, bits)
+X86_STREAM = {32: ("__AVX__", 256), 64: ("__AVX512F__", 512)}
 # round toward zero (immediate 11 = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), by vector width: (C macro, call)
 X86_TRUNC = {4: ("__SSE4_1__", "_mm_round_ps(x, 11)"), 8: ("__AVX__", "_mm256_round_ps(x, 11)"), 16: ("__AVX512F__", "_mm512_roundscale_ps(x, 11)")}
 
