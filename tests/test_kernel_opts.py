@@ -1,11 +1,13 @@
-"""Kernel optimization actions (UPCAST/UNROLL), SIMD lanes and the default heuristics: every choice must give
-the same numbers as the plain loops, and bad actions must be refused with a clear error."""
+"""Kernel optimization actions (UPCAST/UNROLL/LOCAL/GROUP/PADTO/SWAP), SIMD lanes and the default heuristics: every
+choice must give the same numbers as the plain loops, and bad actions must be refused with a clear error. GPU-shaped
+choices (workgroups, grouped reductions in local memory) run on the GPU-shaped devices that open here."""
 import itertools
 import numpy as np
 import pytest
-from minigrad import Tensor
+from minigrad import Tensor, Device
 from minigrad.codegen.kernel import Kernel, Opt, KernelOptError
 from minigrad.engine.realize import get_kernel, buffer_of
+from minigrad.runtime.device import available_devices
 
 rng = np.random.default_rng(3)
 
@@ -14,9 +16,9 @@ def arr(*shape):
   return rng.standard_normal(shape).astype(np.float32)
 
 
-def run_with(t: Tensor, opts):
+def run_with(t: Tensor, opts, device: str = "CPU"):
   (item,) = t.schedule()
-  program = get_kernel(item.ast, "CPU", opts)
+  program = get_kernel(item.ast, device, opts)
   bufs = [buffer_of(b).allocate() for b in item.bufs]
   program(bufs)
   return bufs[0].numpy().copy(), program
@@ -38,10 +40,10 @@ CANDIDATES = [Opt(op, axis, amount) for op in ("UPCAST", "UNROLL", "LOCAL", "PAD
   [Opt("PADTO", axis, amount) for axis in range(3) for amount in (3, 5, 7)] + [Opt("SWAP", 0, 1)]
 
 
-def valid_sequences(t: Tensor, length: int):
+def valid_sequences(t: Tensor, length: int, candidates=CANDIDATES, has_local: bool = False):
   (item,) = t.schedule()
-  for opts in itertools.product(CANDIDATES, repeat=length):
-    kernel = Kernel(item.ast)
+  for opts in itertools.product(candidates, repeat=length):
+    kernel = Kernel(item.ast, has_local=has_local)
     try:
       for opt in opts: kernel.apply_opt(opt)
     except KernelOptError: continue
@@ -67,6 +69,26 @@ def test_pairs_of_opts_match_plain_loops(name):
   for opts in sequences[::3]:   # a third of the pairs keeps the test quick and still covers every kind
     out, _ = run_with(t, opts)
     np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5, err_msg=str(opts))
+
+
+GPU_DEVICES = [d for d in ("CL", "PYTHON") if d in available_devices()]
+GPU_CANDIDATES = [Opt(op, axis, amount) for op in ("GROUP", "GROUPTOP", "LOCAL", "UPCAST") for axis in range(2) for amount in (2, 4, 8)] + \
+  [Opt("PADTO", 0, 3), Opt("PADTO", 1, 5)]
+
+
+@pytest.mark.parametrize("device", GPU_DEVICES)
+@pytest.mark.parametrize("name", ["matmul_relu_bias", "row_sum", "column_max", "padded", "arange"])
+def test_gpu_opt_pairs_match_plain_loops(device, name):
+  saved, Device.DEFAULT = Device.DEFAULT, device
+  try: t = PROGRAMS[name]()
+  finally: Device.DEFAULT = saved
+  expected, _ = run_with(t, [], device)
+  np.testing.assert_allclose(t.to("CPU").numpy().reshape(-1), expected, rtol=2e-5, atol=2e-5)   # default opts agree too
+  sequences = list(valid_sequences(t, 2, GPU_CANDIDATES, has_local=True))
+  assert sequences
+  for opts in sequences[::4]:
+    out, _ = run_with(t, opts, device)
+    np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5, err_msg=f"{device} {opts}")
 
 
 def test_matmul_heuristics_give_a_simd_register_tile():
