@@ -2,23 +2,30 @@
 
 Input: a kernel AST, a device name and a beam width N (`BEAM=N`). Output: the list of actions (`Opt`) whose kernel
 ran fastest; `get_kernel` applies them. The search:
-  1. starts from the hand-coded choice (and the shorter prefixes of its actions), so BEAM is never worse than the
-     default: the hand-coded kernel is timed first and is the one to beat;
-  2. at each depth makes every child kernel of the beam (one more action, minigrad/codegen/search.py), renders them
-     in this process, compiles them in parallel (a thread pool whose threads each wait on one compiler worker
-     process, so the compiles run on all cores; a compile that fails or outlives BEAM_COMPILE_TIMEOUT seconds
-     is skipped), then times them one after another on scratch buffers of the kernel's sizes;
-  3. keeps the N fastest as the next beam, and stops when a depth brings no gain of at least MIN_GAIN.
-Every timed candidate must give the hand-coded kernel's numbers on the same random inputs (to a float tolerance),
-else it is dropped: a wrong kernel is never chosen. A candidate that fails (render, compile, bounds check, run) is
-skipped with a DEBUG>=2 line; the search never crashes on a candidate. The user's buffers are never touched.
+  1. starts from the hand-coded choice and the shorter prefixes of its actions (so alternatives to its later
+     choices are tried too); the hand-coded kernel is timed first and is the one to beat;
+  2. at each depth makes every child of the beam's kernels (one more action, minigrad/codegen/search.py; at most
+     BEAM_MAX_CANDIDATES, a seeded sample), renders them in this process and compiles them in parallel: the
+     compiler runs as one worker process per candidate, started from a thread pool with a thread per core, and a
+     compile that fails or outlives BEAM_COMPILE_TIMEOUT seconds is skipped. Then it times them one after
+     another, with no compile running, on scratch buffers of the kernel's sizes (fastest of TIMING_RUNS runs;
+     a candidate whose first run is CUT_FACTOR times slower than the best so far is not run again);
+  3. keeps the N fastest as the next beam, and stops when a depth gains less than MIN_GAIN, after BEAM_MAX_DEPTH
+     depths, or once BEAM_TIME_LIMIT seconds have passed (the best so far is kept);
+  4. times the winner and the hand-coded kernel in turns and keeps the winner only if it is still faster, so a
+     load spike on a shared machine can't make BEAM worse than the default.
+Every timed candidate must give the hand-coded kernel's numbers on the same random inputs (bit for bit, or for
+floats to a tolerance: sums may be added up in another order), else it is dropped, so a wrong kernel is never
+chosen. A candidate that fails (render, compile, bounds check, run, wrong output) is skipped with a DEBUG>=2 line;
+the search never crashes on a candidate. It never reads or writes the user's buffers.
 
-Results are kept on disk under `cache_dir() / "beam"`, one JSON file per (kernel AST, device, compiler, beam width),
-written atomically; an entry that can't be read or whose actions don't apply any more is ignored and searched
-again. `chosen_opts` keeps this process's answers in memory.
+Results are kept on disk under `cache_dir() / "beam"`: one JSON file per (kernel AST, device, compiler, beam width),
+named by a sha256 of those and holding the actions and the AST printout; writes are atomic. An entry that can't be
+read, is for another AST or whose actions don't apply any more is ignored and searched again. `chosen_opts` keeps
+this process's answers in memory.
 
-DEBUG>=2 prints one line per searched kernel (candidates, search time, hand-coded vs chosen time and GFLOPS);
-DEBUG>=3 also the chosen actions (for cached answers too).
+DEBUG>=2 prints one line per searched kernel (kernels timed, search time, hand-coded vs chosen time and GFLOPS) and
+the skipped candidates; DEBUG>=3 also the chosen actions (and the cached ones when the disk cache answers).
 """
 from __future__ import annotations
 import concurrent.futures
@@ -49,7 +56,7 @@ MIN_GAIN = 0.01          # a depth must beat the best time by 1 % for the search
 MAX_DEPTH = getenv("BEAM_MAX_DEPTH", 8)                 # actions added on top of the starting kernels
 MAX_CANDIDATES = getenv("BEAM_MAX_CANDIDATES", 64)      # timed per depth (a seeded random sample if more)
 COMPILE_TIMEOUT_S = getenv("BEAM_COMPILE_TIMEOUT", 20.0)
-TIME_LIMIT_S = getenv("BEAM_TIME_LIMIT", 40.0)       # per kernel: past it, no new candidate is timed
+TIME_LIMIT_S = getenv("BEAM_TIME_LIMIT", 30.0)       # per kernel: past it, no new candidate is timed
 COMPILE_WORKERS = max(1, os.cpu_count() or 1)
 
 # Documented cache: (kernel AST, device, beam width) -> the actions the search chose, for this process.
@@ -61,13 +68,14 @@ def beam_search(ast: UOp, device: str, width: int) -> list[Opt]:
   if width < 1: raise ValueError(f"the beam width must be >= 1, got {width}")
   key = (ast, device, width)
   if (found := chosen_opts.get(key)) is not None: return found
-  path = cache_path(ast, device, width)
-  opts = read_cached(path, ast, device)
+  try: path: pathlib.Path | None = cache_path(ast, device, width)
+  except OSError: path = None   # no usable cache directory: search every time
+  opts = None if path is None else read_cached(path, ast, device)
   if opts is not None:
     if DEBUG >= 3: print(f"BEAM {new_kernel(ast, device).name}: cached actions {opts}")
   else:
     opts = _Search(ast, device, width).run()
-    write_cached(path, ast, opts)
+    if path is not None: write_cached(path, ast, opts)
   chosen_opts[key] = opts
   return opts
 
@@ -181,6 +189,9 @@ def _tolerance(want: np.ndarray, dtype: DType) -> tuple[float | None, float]:
 
 # ---------------------------------------------------------------- the search
 
+def _log(line: str) -> None: tqdm.write(line, file=sys.stdout)   # a line above the progress bar, not through it
+
+
 def _first_line(error: BaseException) -> str:
   return f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
 
@@ -226,7 +237,7 @@ class _Search:
 
   def _out_of_time(self) -> bool:
     if time.perf_counter() < self.deadline: return False
-    if DEBUG >= 2 and not self.said_out_of_time: print(f"BEAM: time limit of {TIME_LIMIT_S} s reached (BEAM_TIME_LIMIT), keeping the best so far")
+    if DEBUG >= 2 and not self.said_out_of_time: _log(f"BEAM: time limit of {TIME_LIMIT_S} s reached (BEAM_TIME_LIMIT), keeping the best so far")
     self.said_out_of_time = True
     return True
 
@@ -325,7 +336,7 @@ class _Search:
 
   def _skip(self, kernel: Kernel, stage: str, error: BaseException) -> None:
     self.bar.update(1)
-    if DEBUG >= 2: print(f"BEAM {kernel.name}: skipped {kernel.applied_opts} ({stage} failed: {_first_line(error)})")
+    if DEBUG >= 2: _log(f"BEAM {kernel.name}: skipped {kernel.applied_opts} ({stage} failed: {_first_line(error)})")
 
   def _report(self, default: Kernel, program: CompiledKernel, default_seconds: float, best: Kernel, best_seconds: float,
               elapsed: float) -> None:
