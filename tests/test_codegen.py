@@ -143,3 +143,16 @@ def test_int_and_mask_lanes_are_simd(name, fn, ref):
   body = kernel_body(t)
   assert "_v16" in body and "[15]" not in body, body   # one vector per 16 elements, no per-lane code
   np.testing.assert_array_equal(t.numpy(), ref(x))
+
+
+def test_big_outputs_use_streaming_stores(monkeypatch):
+  monkeypatch.setattr(Device["CPU"].renderer, "streaming_store_bytes", 4096)   # as if 4 KB outputs didn't fit the caches
+  monkeypatch.setattr(realize, "compiled_kernels", {})
+  x = np.random.default_rng(6).standard_normal((64, 48)).astype(np.float32)
+  t = Tensor(x) * 3 + 1
+  body = kernel_body(t)
+  assert "stream_float_v16(&data0[" in body and "_mm_sfence" in body, body
+  np.testing.assert_allclose(t.numpy(), x * 3 + 1, rtol=1e-6, atol=1e-6)
+  small = Tensor(x[:8]) * 3 + 1   # 1.5 KB: stays in the caches
+  assert "stream_" not in kernel_body(small)
+  np.testing.assert_allclose(small.numpy(), x[:8] * 3 + 1, rtol=1e-6, atol=1e-6)
