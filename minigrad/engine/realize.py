@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import atexit
 import weakref
-from minigrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, colored, prod
+from minigrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, colored, getenv, prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, pretty
 from minigrad.schedule.scheduler import ScheduleItem
 from minigrad.codegen.kernel import Kernel, Opt
@@ -102,6 +102,9 @@ def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> Compiled
     for opt in opts: kernel.apply_opt(opt)
   elif not NOOPT: hand_coded_optimizations(kernel)
   compiled_kernels[key] = compiled = compile_kernel(kernel, device)
+  if getenv("CUDA_COMPILE_ONLY", 0):   # also render and compile the kernel for CUDA, without a GPU (runtime/ops_cuda.py)
+    from minigrad.runtime.ops_cuda import compile_only
+    compile_only(ast)
   return compiled
 
 
