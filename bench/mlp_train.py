@@ -6,9 +6,11 @@ minigrad vs torch on the CPU, side by side in one process.
 
 Each step takes a fresh batch from a pool of random batches (wrapping the numpy arrays is part of the step),
 runs forward, backward and the Adam update. minigrad's optimizer.step() realizes the new weights and Adam
-state, so a step is fully computed when it returns; each timed block ends by reading loss.item() (for both
-libraries). minigrad and torch runs alternate, so a slow moment on the machine hits both. Printed: the machine,
-the median steps/s of each (with the range over the runs) and the ratio minigrad/torch.
+state, so a step is fully computed when it returns; each timed block ends by reading loss.item() (for all
+runners). minigrad runs twice: eagerly (each step scheduled and its kernels looked up) and with the step wrapped
+in TinyJit (after the warm-up, each step replays the captured kernels). The runners alternate, so a slow moment
+on the machine hits all of them. Printed: the machine, the median steps/s of each (with the range over the
+runs) and the ratios to torch.
 """
 from __future__ import annotations
 from typing import Callable
@@ -38,8 +40,8 @@ def random_batches(count: int, batch_size: int, seed: int = 0) -> list[tuple[np.
           for _ in range(count)]
 
 
-def minigrad_runner(batches: list[tuple[np.ndarray, np.ndarray]], lr: float) -> Runner:
-  from minigrad import Tensor, nn
+def minigrad_runner(batches: list[tuple[np.ndarray, np.ndarray]], lr: float, jit: bool) -> Runner:
+  from minigrad import Tensor, TinyJit, nn
   from minigrad.nn.state import get_parameters
   Tensor.manual_seed(0)
   layers = [nn.Linear(a, b) for a, b in zip(LAYER_SIZES, LAYER_SIZES[1:])]
@@ -50,16 +52,21 @@ def minigrad_runner(batches: list[tuple[np.ndarray, np.ndarray]], lr: float) -> 
     for layer in layers[:-1]: x = layer(x).relu()
     return layers[-1](x)
 
+  def train_step(images: Tensor, labels: Tensor) -> Tensor:
+    with Tensor.train():
+      loss = nn.functional.cross_entropy(forward(images), labels)
+      optimizer.zero_grad()
+      loss.backward()
+      optimizer.step()   # realizes the new weights and the Adam state
+    return loss
+  step = TinyJit(train_step) if jit else train_step   # from the 3rd call TinyJit replays the captured kernels
+
   def run(steps: int) -> float:
     nonlocal position
     for _ in range(steps):
       images, labels = batches[position % len(batches)]
       position += 1
-      with Tensor.train():
-        loss = nn.functional.cross_entropy(forward(Tensor(images)), Tensor(labels))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()   # realizes the new weights and the Adam state
+      loss = step(Tensor(images), Tensor(labels))
     return float(loss.item())
   return run
 
@@ -121,7 +128,8 @@ def main() -> None:
         f"{args.warmup} warm-up steps, then {args.runs} runs of {args.steps} steps each")
 
   batches = random_batches(8, args.batch_size)
-  runners = {"minigrad": minigrad_runner(batches, args.lr), "torch": torch_runner(batches, args.lr)}
+  runners = {"minigrad": minigrad_runner(batches, args.lr, jit=False), "minigrad+jit": minigrad_runner(batches, args.lr, jit=True),
+             "torch": torch_runner(batches, args.lr)}
   for run in runners.values():
     if args.warmup: run(args.warmup)
   rates: dict[str, list[float]] = {name: [] for name in runners}
@@ -129,9 +137,10 @@ def main() -> None:
     for name, run in runners.items(): rates[name].append(timed(run, args.steps))   # alternate the libraries
 
   for name in runners: print(summary(name, rates[name]))
-  ratio = statistics.median(rates["minigrad"]) / statistics.median(rates["torch"])
-  print(f"ratio minigrad/torch: {ratio:.3f} (steps/s; torch is {1 / ratio:.1f}x faster)" if ratio < 1 else
-        f"ratio minigrad/torch: {ratio:.3f} (steps/s; minigrad is {ratio:.1f}x faster)")
+  for name in ("minigrad", "minigrad+jit"):
+    ratio = statistics.median(rates[name]) / statistics.median(rates["torch"])
+    print(f"ratio {name}/torch: {ratio:.3f} (steps/s; torch is {1 / ratio:.1f}x faster)" if ratio < 1 else
+          f"ratio {name}/torch: {ratio:.3f} (steps/s; {name} is {ratio:.1f}x faster)")
 
 
 if __name__ == "__main__": main()

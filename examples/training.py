@@ -20,7 +20,7 @@ import sys
 import time
 import numpy as np
 from tqdm import tqdm
-from minigrad import Device, Tensor, nn
+from minigrad import Device, Tensor, TinyJit, nn
 from minigrad.nn.datasets import MNIST_FILES, Dataset, mnist, mnist_dirs, sklearn_digits
 from minigrad.nn.state import get_parameters, get_state_dict, safe_save
 
@@ -97,17 +97,22 @@ def batch_indices(count: int, batch_size: int, rng: np.random.Generator | None =
 
 # ---------------------------------------------------------------- training and evaluation
 
-def train_step(model: Any, optimizer: nn.optim.Optimizer, images: Tensor, labels: Tensor) -> float:
-  """One optimizer step on one batch (cross-entropy loss, train mode); returns the batch's loss."""
-  with Tensor.train():
-    loss = nn.functional.cross_entropy(model(images), labels)
-    optimizer.zero_grad()
-    loss.backward()
-    # the loss and the gradients in one schedule, so the forward pass runs once (optimizer.step() realizes only
-    # the updates: reading the loss after it would compute the forward pass a second time)
-    Tensor.realize(loss, *[p.grad for p in optimizer.params if p.grad is not None])
-    optimizer.step()
-  return float(loss.item())
+def make_train_step(model: Any, optimizer: nn.optim.Optimizer) -> Callable[[Tensor, Tensor], Tensor]:
+  """`step(images, labels)`: one optimizer step on one batch (cross-entropy loss, train mode), returning the batch's
+  loss. TinyJit captures the step's kernels: from the third batch of a shape on, a step only replays them (the
+  weights, Adam's moments and BatchNorm's running stats are the carried state it updates)."""
+  @TinyJit
+  def train_step(images: Tensor, labels: Tensor) -> Tensor:
+    with Tensor.train():
+      loss = nn.functional.cross_entropy(model(images), labels)
+      optimizer.zero_grad()
+      loss.backward()
+      # the loss and the gradients in one schedule, so the forward pass runs once (optimizer.step() realizes only
+      # the updates: reading the loss after it would compute the forward pass a second time)
+      Tensor.realize(loss, *[p.grad for p in optimizer.params if p.grad is not None])
+      optimizer.step()
+    return loss
+  return train_step
 
 
 def evaluate(model: Any, images: np.ndarray, labels: np.ndarray, batch_size: int = EVAL_BATCH_SIZE) -> float:
@@ -155,6 +160,7 @@ def train(args: argparse.Namespace, build_model: ModelBuilder, name: str) -> Tra
   print(f"{name}: {data.source}: {len(x_train)} training / {len(x_test)} test images of {'x'.join(map(str, x_train.shape[1:]))}; "
         f"{parameter_count:,} parameters; {_plural(args.epochs, 'epoch')}, batch {args.batch_size}, Adam lr {args.lr}, device {Device.DEFAULT}")
 
+  train_step = make_train_step(model, optimizer)
   result = TrainingResult(dataset=data.source, model=model)
   started = time.perf_counter()
   for epoch in range(1, args.epochs + 1):
@@ -164,7 +170,7 @@ def train(args: argparse.Namespace, build_model: ModelBuilder, name: str) -> Tra
     with tqdm(batches, desc=f"epoch {epoch}/{args.epochs}", unit="batch", leave=False, dynamic_ncols=True,
               mininterval=0.1 if sys.stderr.isatty() else 10.0) as bar:   # redirected: an update every 10 s, not a flood
       for index in bar:
-        losses.append(train_step(model, optimizer, Tensor(x_train[index]), Tensor(y_train[index])))
+        losses.append(float(train_step(Tensor(x_train[index]), Tensor(y_train[index])).item()))
         bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
     accuracy = evaluate(model, x_test, data.y_test)
     result.step_losses.extend(losses)

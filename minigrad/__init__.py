@@ -3,5 +3,6 @@ from minigrad.dtype import dtypes, DType
 from minigrad.helpers import GlobalCounters
 from minigrad.runtime.device import Device
 from minigrad.tensor import Tensor
+from minigrad.engine.jit import TinyJit
 
-__all__ = ["Tensor", "dtypes", "DType", "Device", "GlobalCounters"]
+__all__ = ["Tensor", "TinyJit", "dtypes", "DType", "Device", "GlobalCounters"]

@@ -399,5 +399,5 @@ def setitem(t: Tensor, index: Any, value: Any) -> None:
       new = inside.where(_unapply_basic(new_view, plan, t.shape), old)
   new = new.cast(t.dtype)
   if new.shape != t.shape: new = new.expand(t.shape)
-  t.uop = new.uop
+  t.assign(new)   # an assignment: TinyJit sees it (carried state, constants that changed)
   if track: t._ctx, t.requires_grad = new._ctx, new.requires_grad

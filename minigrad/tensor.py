@@ -20,8 +20,8 @@ from minigrad.tensor_index import IndexMixin
 from minigrad.tensor_create import CreationMixin
 from minigrad.tensor_nn import NNMixin
 from minigrad.function import const_uop
-from minigrad.schedule.scheduler import create_schedule, mark_realized, buffer_view
-from minigrad.engine.realize import run_schedule, buffer_of
+from minigrad.schedule.scheduler import create_schedule, buffer_view
+from minigrad.engine.realize import run_schedule, buffer_of, note_assign
 from minigrad.runtime.device import Device
 
 Scalar = int | float | bool
@@ -104,9 +104,9 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
     """Compute this tensor (and `others`) now. `Tensor.realize(a, b)` realizes both in one schedule."""
     tensors = (self,) + others
     items, becomes, stored = create_schedule([t.uop for t in tensors])
-    run_schedule(items)
-    mark_realized(stored)
     for t in tensors: t.uop = becomes.get(t.uop, t.uop)
+    del becomes   # the old graphs die here unless something else holds them: their intermediates can share memory
+    run_schedule(items, stored, keep=[t.uop for t in tensors])
     return self
 
   def schedule(self, *others: Tensor) -> list:
@@ -148,7 +148,8 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
     if value.shape != self.shape: raise ValueError(f"assign: value of shape {value.shape} doesn't match target of shape {self.shape}")
     if value.dtype != self.dtype: raise ValueError(f"assign: value of dtype {value.dtype} doesn't match target of dtype {self.dtype}")
     if value.device != self.device: raise ValueError(f"assign: value on {value.device} but target on {self.device}")
-    self.uop = value.uop
+    old, self.uop = self.uop, value.uop
+    note_assign(self, old)   # lets TinyJit see carried state and notice constants that changed
     return self
 
   # ---- autograd ----

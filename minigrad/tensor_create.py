@@ -6,13 +6,16 @@ Input: shapes, values, dtypes and devices. Output: lazy Tensors (mixed into `Ten
 Random numbers come from a counter-based generator computed inside the kernels: element i of a call's output
 is a hash of (i, key), where i comes from an ARANGE leaf and the key mixes the seed (`Tensor.manual_seed`)
 with a counter that each call advances. So the numbers depend only on (seed, call number, index): the same
-on every run and device, no host data and no generator state beyond two integers. The hash is three rounds of
-a 32-bit integer mixer (xor-shift and multiply) with a different key in each round; the top bits of a word
+on every run and device, and no generator state beyond two integers. The hash is three rounds of a 32-bit
+integer mixer (xor-shift and multiply) with a different key in each round; the keys are computed on the host and
+loaded from a 3-word buffer per stream (so the kernels are the same call after call); the top bits of a word
 give uniform floats in [0, 1); normals come from the Box-Muller transform.
 """
 from __future__ import annotations
 from typing import Any, TYPE_CHECKING
 import math
+import weakref
+import numpy as np
 from minigrad.dtype import DType, DTypeError, dtypes, to_dtype
 from minigrad.helpers import prod
 if TYPE_CHECKING: from minigrad.tensor import Tensor
@@ -26,6 +29,22 @@ def _splitmix64(x: int) -> int:
   x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
   x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
   return x ^ (x >> 31)
+
+
+def random_keys(seed: int, counter: int, streams: int) -> np.ndarray:
+  """The 3 * streams uint32 hash keys of call number `counter` of the generator seeded with `seed` (3 per stream)."""
+  state = _splitmix64((seed & MASK64) ^ _splitmix64(counter))
+  keys = []
+  for _ in range(3 * streams):
+    state = _splitmix64(state)
+    keys.append(state & 0xFFFFFFFF)
+  return np.array(keys, dtype=np.uint32)
+
+
+# Key buffers of random tensors: BUFFER node -> (generator counter, streams) it was made for. A documented cache
+# with weak keys; TinyJit (minigrad/engine/jit.py) uses it to refill the keys on each replay, advancing the
+# counter as an eager call would, so a replay draws exactly the numbers the eager call would have drawn.
+random_key_buffers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _mix32(h: Tensor) -> Tensor:
@@ -122,20 +141,19 @@ class CreationMixin:
   def _random_bits(shape: tuple[int, ...], device: str | None, streams: int = 1) -> list[Tensor]:
     """`streams` independent uint32 tensors of `shape`, from one step of the (seed, counter) generator."""
     from minigrad.tensor import Tensor
-    Tensor._rng_counter += 1
-    state = _splitmix64((Tensor._seed & MASK64) ^ _splitmix64(Tensor._rng_counter))
     count = prod(shape)
     if count >= 2 ** 31: raise ValueError(f"random tensors are limited to 2**31 - 1 elements, shape {shape} has {count}")
+    Tensor._rng_counter += 1
+    # the keys are loaded from a small buffer, not baked into the kernel: every call runs the same kernels, and a
+    # TinyJit replay refills the buffer (see random_key_buffers) instead of repeating the captured numbers
+    keys = Tensor(random_keys(Tensor._seed, Tensor._rng_counter, streams), device=device)
+    random_key_buffers[keys.uop.base] = (Tensor._rng_counter, streams)
     index = Tensor.arange(count, device=device).cast(dtypes.uint32)
     out = []
-    for _ in range(streams):
-      keys = []
-      for _ in range(3):
-        state = _splitmix64(state)
-        keys.append(state & 0xFFFFFFFF)
-      h = _mix32(index ^ keys[0])
-      h = _mix32(h + keys[1])
-      out.append(_mix32(h ^ keys[2]).reshape(shape))
+    for stream in range(streams):
+      h = _mix32(index ^ keys[3 * stream])
+      h = _mix32(h + keys[3 * stream + 1])
+      out.append(_mix32(h ^ keys[3 * stream + 2]).reshape(shape))
     return out
 
   @staticmethod

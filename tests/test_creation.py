@@ -131,11 +131,13 @@ def test_known_values_are_stable_across_runs_and_machines():
 
 
 def test_random_numbers_are_computed_in_the_kernel():
-  """No host data: the only buffer of the schedule is the output (element indices come from an ARANGE leaf)."""
+  """One kernel, whose only input is the small key buffer (3 uint32 words per stream; element indices come from an
+  ARANGE leaf): no random data is made on the host."""
   Tensor.manual_seed(0)
   for t in (Tensor.rand(64, 64), Tensor.randn(100), Tensor.randint(10, high=5)):
     items = t.schedule()
-    assert len(items) == 1 and len(items[0].bufs) == 1
+    assert len(items) == 1 and len(items[0].bufs) == 2
+    assert items[0].bufs[1].dtype == dtypes.uint32 and items[0].bufs[1].arg[1] in (3, 6)
   Tensor.rand(2, 2).realize()
 
 

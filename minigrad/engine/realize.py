@@ -9,23 +9,30 @@ keys: when no graph mentions a BUFFER node any more, its memory is freed.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
+from typing import Any, Sequence
 import atexit
 import weakref
 from minigrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, colored, getenv, prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, pretty
-from minigrad.schedule.scheduler import ScheduleItem
+from minigrad.schedule.scheduler import ScheduleItem, mark_realized
 from minigrad.codegen.kernel import Kernel, Opt
 from minigrad.codegen.heuristics import hand_coded_optimizations
 from minigrad.codegen.lowerer import lower
 from minigrad.codegen.linearizer import linearize
 from minigrad.runtime.device import Buffer, Device
+from minigrad.engine.memory import MemoryPlan, plan_memory
 
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+
+
+failed_buffers: weakref.WeakSet[UOp] = weakref.WeakSet()   # outputs of a schedule that failed before writing them
 
 
 def buffer_of(node: UOp) -> Buffer:
   """The runtime Buffer behind a BUFFER node (created, not yet allocated, on first use)."""
   if node.op is not Ops.BUFFER: raise ValueError(f"expected a BUFFER node, got {node.op}")
+  if failed_buffers and node in failed_buffers:
+    raise RuntimeError("this tensor has no value: the kernels that should have computed it failed (see the earlier error)")
   if (buf := buffers.get(node)) is None: buf = buffers[node] = Buffer(node.device, node.arg[1], node.dtype)
   return buf
 
@@ -149,17 +156,54 @@ def launch_dims(uops: list[UOp]) -> tuple[tuple[int, ...], tuple[int, ...]] | No
   return tuple(sizes["gidx"]), tuple(sizes["lidx"])
 
 
-def run_schedule(items: list[ScheduleItem]) -> None:
-  for item in items:
-    kernel = get_kernel(item.ast, item.device)
-    bufs = [buffer_of(b).allocate() for b in item.bufs]
-    seconds = kernel(bufs, wait=DEBUG >= 2)
-    nbytes = sum(b.nbytes for b in bufs)
-    GlobalCounters.kernel_count += 1
-    GlobalCounters.global_ops += kernel.flops
-    GlobalCounters.global_mem += nbytes
-    if seconds is not None: GlobalCounters.time_sum_s += seconds
-    if DEBUG >= 1: _print_launch(kernel, len(bufs), nbytes, seconds)
+def run_schedule(items: list[ScheduleItem], stored: dict[UOp, UOp] | None = None, keep: Sequence[UOp] = ()) -> MemoryPlan | None:
+  """Run the kernels of a schedule in order.
+
+  With `stored` (the scheduler's node -> buffer-view map; emptied here), the caller has already pointed its tensors
+  at their new buffers (`keep`: those tensors' uops) and dropped the old graphs. An intermediate whose node no graph
+  mentions any more can then only be read inside this schedule: those share memory (minigrad/engine/memory.py),
+  and the nodes still alive are recorded as realized, for later graphs to load. Returns that memory plan.
+  If a kernel fails, the buffers it and the later kernels would have written are marked failed (see buffer_of)."""
+  plan, alive_nodes = None, []
+  if stored is not None:
+    node_refs = [(weakref.ref(node), view) for node, view in stored.items()]
+    stored.clear()   # drop the last strong references to graphs nobody else holds
+    alive_nodes = [(node, view) for ref, view in node_refs if (node := ref()) is not None]
+    kept = {u.base for u in keep} | {view.base for _, view in alive_nodes}
+    intermediates = {b: (b.device, b.arg[1], b.dtype) for item in items if (b := item.bufs[0]) not in kept}
+    plan = plan_memory([item.bufs for item in items], intermediates)
+    for node, pooled in plan.buffers.items(): buffers[node] = pooled
+    if DEBUG >= 2 and items: _print_memory(items, plan)
+  for i, item in enumerate(items):
+    try:
+      kernel = get_kernel(item.ast, item.device)
+      bufs = [buffer_of(b).allocate() for b in item.bufs]
+      if launch_recorder is not None: launch_recorder.append((kernel, item.bufs, bufs))
+      launch(kernel, bufs)
+    except BaseException:
+      failed_buffers.update(later.bufs[0] for later in items[i:])
+      raise
+  if stored is not None: mark_realized(dict(alive_nodes))
+  return plan
+
+
+def launch(kernel: CompiledKernel, bufs: list[Buffer]) -> None:
+  """Run one compiled kernel on its buffers, counted in GlobalCounters (and printed at DEBUG>=1)."""
+  seconds = kernel(bufs, wait=DEBUG >= 2)
+  nbytes = sum(b.nbytes for b in bufs)
+  GlobalCounters.kernel_count += 1
+  GlobalCounters.global_ops += kernel.flops
+  GlobalCounters.global_mem += nbytes
+  if seconds is not None: GlobalCounters.time_sum_s += seconds
+  if DEBUG >= 1: _print_launch(kernel, len(bufs), nbytes, seconds)
+
+
+def _print_memory(items: list[ScheduleItem], plan: MemoryPlan) -> None:
+  """DEBUG>=2: the memory a schedule's new buffers take (all of it is in use once its last kernel ran)."""
+  written = sum(item.bufs[0].arg[1] * item.bufs[0].dtype.itemsize for item in items)
+  kept = written - plan.unplanned_bytes
+  print(f"memory: {len(items)} kernels, peak {(kept + plan.planned_bytes) / 1e6:.2f} MB of new buffers "
+        f"({written / 1e6:.2f} MB without reuse); {plan.summary()}")
 
 
 def _print_launch(kernel: CompiledKernel, nbufs: int, nbytes: int, seconds: float | None) -> None:
@@ -178,6 +222,27 @@ def print_totals() -> None:
   print(f"total: {GlobalCounters.kernel_count} kernels, {GlobalCounters.time_sum_s * 1e3:.2f} ms, "
         f"{GlobalCounters.global_ops / seconds / 1e9:.2f} GFLOPS, {GlobalCounters.global_mem / seconds / 1e9:.2f} GB/s")
 
+
+# ---------------------------------------------------------------- what TinyJit (minigrad/engine/jit.py) listens to
+# While a TinyJit capture runs, `launch_recorder` collects every launch (kernel, BUFFER nodes, Buffers) and
+# `assign_recorder` every Tensor.assign (a weak reference to the tensor, its value before). `replaced_at` notes,
+# per BUFFER node, the assignment count at which a tensor holding it (or a lazy graph reading it) was given a new
+# value: a captured function that read that buffer as a constant must be captured again. It is kept once a
+# capture exists (`watch_assigns`); weak keys, like `buffers`.
+launch_recorder: list[tuple[CompiledKernel, tuple[UOp, ...], list[Buffer]]] | None = None
+assign_recorder: list[tuple[weakref.ref, UOp]] | None = None
+replaced_at: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
+assign_count = 0
+watch_assigns = False
+
+
+def note_assign(tensor: Any, old: UOp) -> None:
+  """Tensor.assign reports each rebinding here: `tensor` held `old` before."""
+  global assign_count
+  assign_count += 1
+  if watch_assigns:
+    for leaf in ([old.base] if old.base.op is Ops.BUFFER else [u for u in old.toposort if u.op is Ops.BUFFER]): replaced_at[leaf] = assign_count
+  if assign_recorder is not None: assign_recorder.append((weakref.ref(tensor), old))
 
 
 if DEBUG >= 2: atexit.register(print_totals)

@@ -15,6 +15,7 @@ import math
 import numpy as np
 from minigrad.tensor import Tensor
 from minigrad.nn.state import assign
+from minigrad.engine.realize import buffer_of
 
 
 def _scalar_tensor(value: float) -> Tensor:
@@ -39,13 +40,17 @@ class Optimizer:
 
   @property
   def lr(self) -> float:
-    """The learning rate as a Python float. Setting it stores a fresh realized tensor (no kernel, no recompile)."""
+    """The learning rate as a Python float. Setting it writes the value into `lr_tensor`'s buffer in place (no
+    kernel, no recompile), as tinygrad's assign would: a TinyJit-captured step reads the new rate on its next replay.
+    step() realizes its updates at once, so no lazy graph is left that could see the change."""
     return self._lr
   @lr.setter
   def lr(self, value: float | Tensor) -> None:
     value = float(value.item()) if isinstance(value, Tensor) else float(value)
     if value < 0: raise ValueError(f"Invalid learning rate: {value}")
-    self._lr, self.lr_tensor = value, _scalar_tensor(value)
+    self._lr = value
+    if not hasattr(self, "lr_tensor"): self.lr_tensor = _scalar_tensor(value)
+    else: buffer_of(self.lr_tensor.uop.base).copyin(np.array([value], dtype=np.float32))
 
   def zero_grad(self) -> None:
     for p in self.params: p.grad = None
