@@ -147,6 +147,7 @@ class _Recording:
   structure: Any
   rng_advance: int
   assign_count: int                 # realize.assign_count when the call was over
+  start_id: int                     # buffers made during the call have ids from here on
 
   def forget_buffers(self) -> _Recording:
     """Keep only what the comparison with the next recording needs (no buffers of this call stay alive)."""
@@ -232,7 +233,7 @@ def _classify(launches: list, inputs: list[Tensor], state: list[tuple[Tensor, UO
   signature = (tuple((kernel.kernel.ast, kernel.device, slots) for kernel, slots in slot_launches), tuple(kinds),
                tuple(id(t) for t in state_tensors), tuple(state_reads), tuple(state_writes), tuple(results), structure, rng_advance)
   return _Recording(signature, kinds, nodes, slot_launches, state_tensors, state_reads, state_writes, results, structure,
-                    rng_advance, realize.assign_count)
+                    rng_advance, realize.assign_count, start_id)
 
 
 def _disagreement(first: _Recording, second: _Recording) -> str:
@@ -244,7 +245,7 @@ def _disagreement(first: _Recording, second: _Recording) -> str:
       return f"kernel {i} differs between the calls (a Python number that changes, baked into the graph? pass it as a Tensor)"
   for slot, (a, b) in enumerate(zip(first.kinds, second.kinds)):
     if a == b: continue
-    if b[0] == "const" and a[0] != "const":
+    if b[0] == "const" and b[1].arg[0] >= first.start_id:
       return (f"buffer {slot} (shape {b[1].arg[1]}, {b[1].dtype}) was computed by the previous call and is read without being passed in "
               "or assigned: pass it as an argument, or keep it in a tensor the function assigns")
     if a[0] == "host" and b[0] == "host": return f"the function builds a tensor from Python data that changes between calls (buffer {slot}); pass it as an argument"
@@ -383,9 +384,9 @@ class TinyJit:
   """Decorator: `@TinyJit def step(x, y): ...`. See the module docstring for what a replay does and doesn't do."""
   def __init__(self, fn: Callable):
     if not callable(fn): raise TypeError(f"TinyJit wraps a function, got {type(fn).__name__}")
+    functools.update_wrapper(self, fn, updated=())   # name and docstring (not fn's __dict__)
     self.fn = fn
     self.entries: OrderedDict[Hashable, _Entry] = OrderedDict()
-    functools.update_wrapper(self, fn)
 
   def __get__(self, obj: Any, owner: type | None = None) -> Any:
     """As a method decorator: the instance is the first (hashed) argument."""
