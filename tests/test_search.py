@@ -12,7 +12,7 @@ import pytest
 from minigrad import Tensor
 import minigrad.engine.search as search
 from minigrad.codegen.heuristics import hand_coded_optimizations
-from minigrad.codegen.kernel import OPT_KINDS, Kernel, Opt
+from minigrad.codegen.kernel import OPT_KINDS, Kernel
 from minigrad.codegen.search import MAX_UNROLLED, actions, ast_key, child_kernels, kernel_signature, unrolled_size
 from minigrad.engine.realize import CompiledKernel, buffer_of, get_kernel, new_kernel
 from minigrad.helpers import BEAM, DEBUG
