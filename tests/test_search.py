@@ -105,10 +105,8 @@ def test_second_search_is_a_disk_cache_hit(monkeypatch):
   counter.calls = 0
   searches = []
   monkeypatch.setattr(search._Search, "run", lambda self: searches.append(self) or [])
-  start = time.perf_counter()
   second = search.beam_search(item.ast, "CPU", 1)
   assert second == first and counter.calls == 0 and searches == []
-  assert time.perf_counter() - start < 1.0
 
 
 def test_cache_key_is_a_stable_printout():
