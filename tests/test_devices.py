@@ -67,3 +67,15 @@ def test_dev_environment_variable_selects_the_default():
     clean = {k: v for k, v in __import__("os").environ.items() if k not in ("DEV", "CPU", "LLVM", "CL", "CUDA", "PYTHON")}
     result = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=120)
     assert result.stdout.split() == expected.split(), result.stderr
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_flop_counts_count_every_lane_and_thread(device):
+  from minigrad import GlobalCounters
+  a, b = Tensor.rand(64, 48, device=device).realize(), Tensor.rand(48, 64, device=device).realize()
+  GlobalCounters.reset()
+  (a @ b).realize()
+  assert GlobalCounters.global_ops == 2 * 64 * 48 * 64   # one multiply and one add per term
+  GlobalCounters.reset()
+  (a * 2 + 1).realize()
+  assert GlobalCounters.global_ops == 2 * 64 * 48
