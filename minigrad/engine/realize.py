@@ -169,7 +169,7 @@ def run_schedule(items: list[ScheduleItem], stored: dict[UOp, UOp] | None = None
     node_refs = [(weakref.ref(node), view) for node, view in stored.items()]
     stored.clear()   # drop the last strong references to graphs nobody else holds
     alive_nodes = [(node, view) for ref, view in node_refs if (node := ref()) is not None]
-    kept = {view.base for _, view in alive_nodes}
+    kept = {u.base for u in keep} | {view.base for _, view in alive_nodes}
     intermediates = {b: (b.device, b.arg[1], b.dtype) for item in items if (b := item.bufs[0]) not in kept}
     plan = plan_memory([item.bufs for item in items], intermediates)
     for node, pooled in plan.buffers.items(): buffers[node] = pooled
