@@ -34,6 +34,8 @@ FLOAT_BINARY = {Ops.ADD: "fadd contract", Ops.MUL: "fmul contract", Ops.FDIV: "f
 INT_BINARY = {Ops.ADD: "add", Ops.MUL: "mul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor", Ops.SHL: "shl"}
 BOOL_BINARY = {Ops.ADD: "or", Ops.MUL: "and", Ops.MAX: "or", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}
 INTRINSICS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
+# float32 vector math glibc's libmvec has (LLVM would otherwise split a vector exp2 into one exp2f call per lane)
+LIBMVEC_FUNCTIONS = {Ops.EXP2: "exp2f", Ops.LOG2: "log2f", Ops.SIN: "sinf"}
 
 
 def llvm_type(dt: DType) -> str:
@@ -79,7 +81,9 @@ def const_text(value: object, dt: DType) -> str:
   if dt.count == 1: return scalar_const(value, dt)
   lanes = value if isinstance(value, tuple) else (value,) * dt.count
   scalar = llvm_type(dt.scalar())
-  return "<" + ", ".join(f"{scalar} {scalar_const(v, dt.scalar())}" for v in lanes) + ">"
+  texts = [scalar_const(v, dt.scalar()) for v in lanes]
+  if all(t in ("0", "0.0", "false", "0xH0000") for t in texts): return "zeroinitializer"
+  return "<" + ", ".join(f"{scalar} {t}" for t in texts) + ">"
 
 
 def _intrinsic_suffix(dt: DType) -> str:
@@ -94,15 +98,20 @@ class LLVMRenderer:
   # the innermost upcast dim becomes LLVM vector lanes
   vector_lanes = True
 
+  def __init__(self, libmvec_widths: dict[int, str] | None = None):
+    """`libmvec_widths`: vector width -> ISA letter of the libmvec variants the target can call (x86: 4 -> "b"
+    with SSE2, 8 -> "d" with AVX2, 16 -> "e" with AVX-512), e.g. `_ZGVeN16v_exp2f`. None: LLVM's intrinsics."""
+    self.libmvec_widths = dict(libmvec_widths or {})
+
   def render(self, name: str, uops: list[UOp]) -> str:
-    return _FunctionWriter(name, uops).write()
+    return _FunctionWriter(name, uops, self.libmvec_widths).write()
 
 
 class _FunctionWriter:
   """Writes one function. Registers are `%v<position of the uop>`; helper values get a suffix (`%v12.a`)."""
 
-  def __init__(self, name: str, uops: list[UOp]):
-    self.name, self.uops = name, uops
+  def __init__(self, name: str, uops: list[UOp], libmvec_widths: dict[int, str]):
+    self.name, self.uops, self.libmvec_widths = name, uops, libmvec_widths
     self.position = {u: i for i, u in enumerate(uops)}
     self.names: dict[UOp, str] = {}           # uop -> its register or inline constant
     self.slots: dict[UOp, str] = {}           # DEFINE_ACC -> its stack slot
@@ -316,6 +325,10 @@ class _FunctionWriter:
       a_bigger = self.temp(u, f"fcmp ogt {ty} {args[0]}, {args[1]}")
       pick_a = self.temp(u, f"or {mask} {a_is_nan}, {a_bigger}")
       return self.emit(u, f"select {mask} {pick_a}, {ty} {args[0]}, {ty} {args[1]}")
+    if op in LIBMVEC_FUNCTIONS and u.dtype.scalar() == dtypes.float32 and u.dtype.count in self.libmvec_widths:
+      function = f"@_ZGV{self.libmvec_widths[u.dtype.count]}N{u.dtype.count}v_{LIBMVEC_FUNCTIONS[op]}"
+      self.declarations.add(f"declare {ty} {function}({ty})")
+      return self.emit(u, f"call {ty} {function}({ty} {args[0]})")
     if op in INTRINSICS:
       function = f"@llvm.{INTRINSICS[op]}.{_intrinsic_suffix(u.dtype)}"
       self.declarations.add(f"declare {ty} {function}({ty})")

@@ -6,8 +6,9 @@ features, so AVX-512 is used where present), emits an object file and links it i
 cached on disk by the Compiler base). The library is loaded and launched exactly as the CPU backend's: the
 same allocator, thread pool and outer-loop splitting (minigrad.runtime.ops_cpu).
 
-Linking with the system's C compiler driver (`cc -shared ... -lm`) lets the dynamic loader resolve the libm
-functions LLVM calls for exp2/log2/sin, and unloading a kernel is an ordinary dlclose.
+Linking with the system's C compiler driver (`cc -shared ... -lm -lmvec`) lets the dynamic loader resolve the libm
+functions LLVM calls for exp2/log2/sin (and glibc's SIMD variants the renderer calls on vectors), and unloading a
+kernel is an ordinary dlclose.
 """
 from __future__ import annotations
 import os
@@ -16,7 +17,7 @@ import tempfile
 import threading
 from minigrad.helpers import DEBUG
 from minigrad.runtime.device import Compiled, CompileError, Compiler, numbered_source
-from minigrad.runtime.ops_cpu import CPUAllocator, CPUProgram, find_c_compiler
+from minigrad.runtime.ops_cpu import CPUAllocator, CPUProgram, find_c_compiler, _has_libmvec
 from minigrad.codegen.llvm_renderer import LLVMRenderer
 
 try:
@@ -24,33 +25,35 @@ try:
   import llvmlite.binding as llvm
 except ModuleNotFoundError as e:
   raise RuntimeError("the LLVM backend needs llvmlite, which is not installed: pip install -e .[llvm] "
-                     "(or pip install 'llvmlite>=0.42')") from e
+                     "(or pip install 'llvmlite>=0.45')") from e
+if llvm.llvm_version_info < (20,):   # older LLVMs in llvmlite can't parse the opaque `ptr` type the renderer writes
+  raise RuntimeError(f"the LLVM backend needs llvmlite >= 0.45 (LLVM 20+), found llvmlite {llvmlite.__version__} "
+                     f"with LLVM {'.'.join(map(str, llvm.llvm_version_info))}: pip install -e .[llvm]")
 
 OPT_LEVEL = 2
+# glibc's SIMD math library: vector width -> (ISA letter in the function names, the CPU feature it needs)
+LIBMVEC_VARIANTS = {4: ("b", "sse2"), 8: ("d", "avx2"), 16: ("e", "avx512f")}
 _llvm_lock = threading.Lock()   # LLVM's global context is not thread-safe
-
-
-def _initialize_llvm() -> None:
-  # llvmlite >= 0.45 initializes LLVM itself and deprecates initialize(); older versions need it
-  try: llvm.initialize()
-  except RuntimeError: pass
-  llvm.initialize_native_target()
-  llvm.initialize_native_asmprinter()
 
 
 class LLVMCompiler(Compiler):
   """LLVM IR text -> optimized object code for the host CPU -> a shared library (bytes)."""
 
   def __init__(self, opt_level: int = OPT_LEVEL, link_timeout_s: float = 60.0):
-    _initialize_llvm()
+    llvm.initialize_native_target()   # llvmlite >= 0.45 initializes the rest of LLVM itself
+    llvm.initialize_native_asmprinter()
     self.opt_level, self.link_timeout_s = opt_level, link_timeout_s
     self.cpu_name, self.features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     self.target_machine = llvm.Target.from_default_triple().create_target_machine(
       cpu=self.cpu_name, features=self.features, opt=opt_level, reloc="pic", codemodel="default")
     self.linker, linker_version = find_c_compiler()
+    enabled = {f[1:] for f in self.features.split(",") if f.startswith("+")}
+    self.libmvec_widths = {width: letter for width, (letter, feature) in LIBMVEC_VARIANTS.items()
+                           if feature in enabled} if _has_libmvec() else {}
+    self.libraries = ["-lm"] + (["-lmvec"] if self.libmvec_widths else [])
     super().__init__(f"llvmlite {llvmlite.__version__} LLVM {'.'.join(map(str, llvm.llvm_version_info))} O{opt_level} "
                      f"triple={self.target_machine.triple} cpu={self.cpu_name} features={self.features} "
-                     f"linker={self.linker[0]} [{linker_version}]")
+                     f"linker={self.linker[0]} [{linker_version}] {' '.join(self.libraries)}")
 
   def compile(self, src: str) -> bytes:
     return self.link(self.compile_object(src))
@@ -77,7 +80,7 @@ class LLVMCompiler(Compiler):
     with tempfile.TemporaryDirectory(prefix="minigrad_llvm_") as workdir:
       obj_path, lib_path = os.path.join(workdir, "kernel.o"), os.path.join(workdir, "kernel.so")
       with open(obj_path, "wb") as f: f.write(obj)
-      command = [*self.linker, "-shared", "-o", lib_path, obj_path, "-lm"]
+      command = [*self.linker, "-shared", "-o", lib_path, obj_path, *self.libraries]
       try: result = subprocess.run(command, capture_output=True, text=True, timeout=self.link_timeout_s)
       except subprocess.TimeoutExpired: raise CompileError(f"linking the kernel took over {self.link_timeout_s} s: {' '.join(command)}") from None
       if result.returncode != 0:
@@ -93,4 +96,6 @@ class LLVMProgram(CPUProgram):
 
 
 def create_device() -> Compiled:
-  return Compiled("LLVM", CPUAllocator(), LLVMCompiler(), LLVMRenderer(), LLVMProgram)
+  compiler = LLVMCompiler()
+  # the renderer may call the SIMD math functions this CPU and C library have
+  return Compiled("LLVM", CPUAllocator(), compiler, LLVMRenderer(libmvec_widths=compiler.libmvec_widths), LLVMProgram)
