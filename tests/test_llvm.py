@@ -330,6 +330,21 @@ def test_gated_store_writes_only_where_the_gate_holds():
   np.testing.assert_array_equal(buf.numpy(), np.where(np.arange(10) % 2 == 0, np.arange(10) * 1.5, -1))
 
 
+def test_vector_gates_load_and_store_lane_by_lane():
+  """A per-lane gate is a masked load (off lanes read nothing, give 0) or a masked store (off lanes keep memory)."""
+  out, src = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(), (), 0), UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(), (), 1)
+  zero = UOp.const(dtypes.int32, 0)
+  load_mask, store_mask = UOp.const(dtypes.bool.vec(4), (True, False, True, True)), UOp.const(dtypes.bool.vec(4), (True, True, False, True))
+  load = UOp(Ops.LOAD, dtypes.float32.vec(4), (UOp(Ops.INDEX, src.dtype, (src, zero, load_mask)),))
+  store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, zero, store_mask)), load))
+  uops = [out, src, zero, load_mask, load.src[0], load, store_mask, store.src[0], store]
+  source = Device["LLVM"].renderer.render("masked", uops)
+  assert "@llvm.masked.load.v4f32.p0" in source and "@llvm.masked.store.v4f32.p0" in source, source
+  dst, inp = Buffer("LLVM", 4, dtypes.float32).copyin(np.full(4, -1, np.float32)), Buffer("LLVM", 4, dtypes.float32).copyin(np.array([1, 2, 3, 4], np.float32))
+  _program("masked", uops)(dst.opaque, inp.opaque)
+  np.testing.assert_array_equal(dst.numpy(), [1, 0, -1, 4])
+
+
 def test_wrong_argument_count_is_an_error_not_a_crash():
   t = Tensor(np.ones(8, np.float32)) + 1
   kernel = get_kernel(t.schedule()[-1].ast, "LLVM")

@@ -86,6 +86,12 @@ def const_text(value: object, dt: DType) -> str:
   return "<" + ", ".join(f"{scalar} {t}" for t in texts) + ">"
 
 
+def _vector_suffix(dt: DType) -> str:
+  """How LLVM names a vector type in intrinsic names (in memory: bool lanes are bytes): v16f32, v8i8."""
+  scalar = memory_type(dt.scalar())
+  return f"v{dt.count}" + {"float": "f32", "double": "f64", "half": "f16"}.get(scalar, scalar)
+
+
 def _intrinsic_suffix(dt: DType) -> str:
   scalar = {dtypes.float16: "f16", dtypes.float32: "f32", dtypes.float64: "f64"}[dt.scalar()]
   return f"v{dt.count}{scalar}" if dt.count > 1 else scalar
@@ -220,24 +226,34 @@ class _FunctionWriter:
 
   def load(self, u: UOp) -> str:
     index = u.src[0]
-    address, mem_type = self.names[index], memory_type(u.dtype)
-    if len(index.src) > 2:   # gated: read the zero constant instead when the gate is false
-      self.zeros_size = max(self.zeros_size, 64, u.dtype.itemsize)
-      address = self.temp(u, f"select {self.typed(index.src[2], u)}, ptr {address}, ptr @zeros")
-    align = u.dtype.scalar().itemsize
-    if u.dtype.scalar() == dtypes.bool:
-      byte = self.temp(u, f"load {mem_type}, ptr {address}, align 1")
-      return self.emit(u, f"icmp ne {mem_type} {byte}, {const_text(0, dtypes.uint8.vec(u.dtype.count))}")
-    return self.emit(u, f"load {mem_type}, ptr {address}, align {align}")
+    address, mem_type, align = self.names[index], memory_type(u.dtype), u.dtype.scalar().itemsize
+    gate = index.src[2] if len(index.src) > 2 else None
+    if gate is not None and gate.dtype.count > 1:   # lanes valid one by one: masked-off lanes read nothing, give 0
+      function = f"@llvm.masked.load.{_vector_suffix(u.dtype)}.p0"
+      self.declarations.add(f"declare {mem_type} {function}(ptr, i32, {llvm_type(gate.dtype)}, {mem_type})")
+      loaded = f"call {mem_type} {function}(ptr {address}, i32 {align}, {self.typed(gate, u)}, {mem_type} zeroinitializer)"
+    else:
+      if gate is not None:   # one gate for the whole access: read the zero constant instead when it is false
+        self.zeros_size = max(self.zeros_size, 64, u.dtype.itemsize)
+        address = self.temp(u, f"select {self.typed(gate, u)}, ptr {address}, ptr @zeros")
+      loaded = f"load {mem_type}, ptr {address}, align {align}"
+    if u.dtype.scalar() != dtypes.bool: return self.emit(u, loaded)
+    return self.emit(u, f"icmp ne {mem_type} {self.temp(u, loaded)}, zeroinitializer" if u.dtype.count > 1 else
+                     f"icmp ne {mem_type} {self.temp(u, loaded)}, 0")
 
   def store(self, u: UOp) -> None:
     index, value = u.src
-    text = self.value(value, u)
-    if value.dtype.scalar() == dtypes.bool: text = self.temp(u, f"zext {llvm_type(value.dtype)} {text} to {memory_type(value.dtype)}")
-    store = f"store {memory_type(value.dtype)} {text}, ptr {self.names[index]}, align {value.dtype.scalar().itemsize}"
-    if len(index.src) == 2: return self.instruction(store)
+    text, mem_type, align = self.value(value, u), memory_type(value.dtype), value.dtype.scalar().itemsize
+    if value.dtype.scalar() == dtypes.bool: text = self.temp(u, f"zext {llvm_type(value.dtype)} {text} to {mem_type}")
+    gate = index.src[2] if len(index.src) > 2 else None
+    if gate is not None and gate.dtype.count > 1:   # lanes written one by one
+      function = f"@llvm.masked.store.{_vector_suffix(value.dtype)}.p0"
+      self.declarations.add(f"declare void {function}({mem_type}, ptr, i32, {llvm_type(gate.dtype)})")
+      return self.instruction(f"call void {function}({mem_type} {text}, ptr {self.names[index]}, i32 {align}, {self.typed(gate, u)})")
+    store = f"store {mem_type} {text}, ptr {self.names[index]}, align {align}"
+    if gate is None: return self.instruction(store)
     i = self.position[u]
-    self.instruction(f"br {self.typed(index.src[2], u)}, label %store{i}, label %store{i}.done")
+    self.instruction(f"br {self.typed(gate, u)}, label %store{i}, label %store{i}.done")
     self.label(f"store{i}")
     self.instruction(store)
     self.instruction(f"br label %store{i}.done")
