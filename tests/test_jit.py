@@ -425,3 +425,21 @@ def test_replays_reuse_result_buffers_nobody_holds():
   assert len(fresh.generations) <= 2
   kept = [f(Tensor(xn)) for xn in (rand(1000), rand(1000), rand(1000))]
   assert len({id(realize.buffer_of(t.uop.base)) for t in kept}) == 3
+
+
+def test_carried_tensors_that_shared_memory_at_capture_and_no_longer_do():
+  a, b = Tensor(np.ones(3, np.float32)), Tensor(np.ones(3, np.float32))
+  @TinyJit
+  def mix(x: Tensor) -> Tensor:
+    new = (a * 2 + b + x).realize()
+    a.assign(new)
+    b.assign(new)   # both hold the same buffer after each call: the capture reads it once
+    return new * 1
+  expected_a = expected_b = np.ones(3, np.float32)
+  for i in range(6):
+    if i == 4: b.assign(Tensor(np.full(3, 10, np.float32)))   # now they differ
+    if i == 4: expected_b = np.full(3, 10, np.float32)
+    xn = rand(3)
+    expected_a = expected_b = expected_a * 2 + expected_b + xn
+    np.testing.assert_allclose(mix(Tensor(xn)).numpy(), expected_a, rtol=1e-5)
+  np.testing.assert_allclose(b.numpy(), expected_b, rtol=1e-5)

@@ -414,7 +414,7 @@ class TinyJit:
     if entry.captured is not None:
       if (result := entry.captured.replay(inputs)) is not _RECORD_AGAIN: return result
       if DEBUG >= 1: print("TinyJit: a constant of the capture changed (or carried tensors share memory differently): recording again")
-      entry.captured = None
+      entry = self.entries[key] = _Entry()
     returned, recording = _record(self.fn, args, kwargs, inputs)
     entry.add(recording)
     return returned
