@@ -26,7 +26,7 @@ def run_script(env_extra, tmp_path, script=SCRIPT):
 
 
 def test_debug4_prints_fused_c_kernel_that_compiles(tmp_path):
-  out = run_script({"DEBUG": "4"}, tmp_path)
+  out = run_script({"DEBUG": "4", "DEV": "CPU"}, tmp_path)   # the C source, whatever DEV the suite runs on
   assert out.returncode == 0, out.stderr
   assert "void r_3_5_4(" in out.stdout                  # one fused reduce kernel, named by its loop sizes
   assert "for (int ridx0 = 0; ridx0 < 4; ridx0++)" in out.stdout
@@ -80,7 +80,7 @@ def test_compile_error_shows_source():
 
 
 def test_missing_c_compiler_is_a_clear_error(tmp_path):
-  out = run_script({"CC": "/nonexistent/cc", "DISABLE_COMPILER_CACHE": "1"}, tmp_path)
+  out = run_script({"CC": "/nonexistent/cc", "DISABLE_COMPILER_CACHE": "1", "DEV": "CPU"}, tmp_path)
   assert out.returncode != 0
   assert "RuntimeError" in out.stderr and "/nonexistent/cc" in out.stderr
   assert "Segmentation" not in out.stderr
@@ -95,7 +95,7 @@ def test_renderer_bug_surfaces_as_compile_error_with_source(monkeypatch):
   renderer = Device["CPU"].renderer
   monkeypatch.setitem(type(renderer).code_for_op, Ops.MUL, lambda a, b, dt: f"({a}*)")
   monkeypatch.setattr(realize, "compiled_kernels", {})
-  x = Tensor(np.ones((3, 3), np.float32))
+  x = Tensor(np.ones((3, 3), np.float32), device="CPU")
   with pytest.raises(CompileError) as err:
     (x * 7 + 5).realize()
   assert "void E_9(" in str(err.value) and "*)" in str(err.value)

@@ -50,6 +50,15 @@ def valid_sequences(t: Tensor, length: int, candidates=CANDIDATES, has_local: bo
     yield list(opts)
 
 
+@pytest.fixture
+def on_cpu():
+  """The CPU opt tests build their tensors on the CPU whatever DEV is (the GPU opts are tested on GPU devices below)."""
+  saved, Device.DEFAULT = Device.DEFAULT, "CPU"
+  yield
+  Device.DEFAULT = saved
+
+
+@pytest.mark.usefixtures("on_cpu")
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_every_single_opt_matches_plain_loops(name):
   t = PROGRAMS[name]()
@@ -61,6 +70,7 @@ def test_every_single_opt_matches_plain_loops(name):
     np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5, err_msg=str(opts))
 
 
+@pytest.mark.usefixtures("on_cpu")
 @pytest.mark.parametrize("name", ["matmul", "matmul_relu_bias", "row_sum", "padded", "where_compare"])
 def test_pairs_of_opts_match_plain_loops(name):
   t = PROGRAMS[name]()
@@ -92,13 +102,51 @@ def test_gpu_opt_pairs_match_plain_loops(device, name):
 
 
 def test_matmul_heuristics_give_a_simd_register_tile():
-  a, b = arr(64, 32), arr(32, 48)
+  a, b = arr(64, 32), arr(32, 64)
   t = Tensor(a) @ Tensor(b)
   (item,) = t.schedule()
   program = get_kernel(item.ast, "CPU")
-  assert program.kernel.applied_opts == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 4)]
-  assert "float_v16" in program.source and program.source.count("acc") >= 4
+  # 16 lanes, a second vector of columns, 8 rows: 16 accumulators; the column tiles run in the outer loop
+  assert program.kernel.applied_opts == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 8), Opt("SWAP", 0, 1)]
+  assert "float_v16 acc15 " in program.source and "acc16" not in program.source
   np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_tile_fits_odd_shapes():
+  a, b = arr(36, 32), arr(32, 48)   # 36 rows: a 4-row tile; 48 columns: no second vector
+  t = Tensor(a) @ Tensor(b)
+  (item,) = t.schedule()
+  assert get_kernel(item.ast, "CPU").kernel.applied_opts[:2] == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 4)]
+  np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_big_matmul_reads_a_packed_copy_of_its_columns(transposed):
+  from minigrad.schedule.packing import PANEL_WIDTH
+  a, b = arr(64, 256), arr(256, 1024)   # b: 1 MB, reused by 64 rows
+  tb = Tensor(np.ascontiguousarray(b.T)).T if transposed else Tensor(b)
+  t = Tensor(a) @ tb
+  pack, product = t.schedule()
+  assert pack.bufs[0].arg[1] == b.size and pack.bufs[0] in product.bufs
+  program = get_kernel(product.ast, "CPU")
+  # one contiguous panel of PANEL_WIDTH columns per k: two vector loads 16 floats apart, the next k PANEL_WIDTH further
+  assert f"(ridx0*{PANEL_WIDTH})]" in program.source and f"(ridx0*{PANEL_WIDTH}))+16]" in program.source, program.source
+  np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+  small = Tensor(a) @ Tensor(b[:, :256])   # 256 KB stays in the cache as it is
+  assert len(small.schedule()) == 1
+
+
+@pytest.mark.parametrize("padding", [0, 1, 2])
+def test_conv_is_simd_with_masked_loads_for_the_padding(padding):
+  import torch
+  x, w = arr(2, 8, 18 - 2 * padding, 18 - 2 * padding), arr(16, 8, 3, 3)   # 16x16 outputs
+  t = Tensor(x).conv2d(Tensor(w), padding=padding)
+  (item,) = t.schedule()
+  program = get_kernel(item.ast, "CPU")
+  assert Opt("UPCAST", 3, 16) in program.kernel.applied_opts and "float_v16 acc" in program.source
+  assert ("load_float_v16_masked(" in program.source) == (padding > 0), program.source
+  expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=padding).numpy()
+  np.testing.assert_allclose(t.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_row_sum_takes_lanes_from_the_reduce_dim():
