@@ -156,3 +156,19 @@ def test_big_outputs_use_streaming_stores(monkeypatch):
   small = Tensor(x[:8]) * 3 + 1   # 1.5 KB: stays in the caches
   assert "stream_" not in kernel_body(small)
   np.testing.assert_allclose(small.numpy(), x[:8] * 3 + 1, rtol=1e-6, atol=1e-6)
+
+
+# ---- index math the kernels above rely on (minigrad/uop/symbolic.py) ----
+
+@pytest.mark.parametrize("build, expected", [
+  (lambda g, l, y, k: (y + k * 35) % 34, lambda g, l, y, k: y + k),            # a padded sliding window's row
+  (lambda g, l, y, k: (y + k * 35) // 34, lambda g, l, y, k: k),
+  (lambda g, l, y, k: (g * 16 + l) % 32, lambda g, l, y, k: (g % 2) * 16 + l),  # a 16-lane split of a 32-wide panel
+  (lambda g, l, y, k: (g * 16 + l) // 32, lambda g, l, y, k: g // 2),
+])
+def test_index_digits_simplify(build, expected):
+  from minigrad.uop.ops import UOp
+  g, l, y, k = UOp.variable("g", 0, 63), UOp.variable("l", 0, 15), UOp.variable("y", 0, 31), UOp.variable("k", 0, 2)
+  assert build(g, l, y, k).simplify() is expected(g, l, y, k).simplify()
+  for values in [(0, 0, 0, 0), (63, 15, 31, 2), (5, 9, 30, 1), (40, 3, 2, 2)]:   # the same numbers as Python ints give
+    assert build(g, l, y, k).simplify().evaluate(dict(zip("glyk", values))) == build(*values)

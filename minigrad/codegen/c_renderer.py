@@ -142,6 +142,7 @@ class CRenderer:
         index = u.src[0]
         memory = self.vector_access(names[index], u.dtype) if u.dtype.count > 1 else names[index]
         expr = f"({names[index.src[2]]}?{memory}:{self.render_vector_const(0, u.dtype)})" if len(index.src) > 2 else memory
+        if len(index.src) > 2 and index.src[2].dtype.count > 1: expr = f"load_{self.type_name(u.dtype)}_masked(&{names[index]}, {names[index.src[2]]})"
         names[u] = fresh("val")
         line(f"{self.type_name(u.dtype)} {names[u]} = {expr};")
       elif u.op is Ops.STORE:
@@ -189,7 +190,8 @@ class CRenderer:
 
   def prelude(self, uops: list[UOp]) -> list[str]:
     """What the source needs before the kernel function: includes, type definitions, helper functions."""
-    return self.includes + self.vector_typedefs(uops) + self.vector_math(uops) + self.stream_helpers(self.streamed_stores(uops))
+    return self.includes + self.vector_typedefs(uops) + self.vector_math(uops) + self.stream_helpers(self.streamed_stores(uops)) + \
+      self.masked_load_helpers(uops)
 
   # ---- SIMD vectors (GCC/clang vector extensions) ----
   def vector_typedefs(self, uops: list[UOp]) -> list[str]:
@@ -255,6 +257,23 @@ class CRenderer:
                 f"  *(({vec}_unaligned*)p) = x;", "}"]
     return lines
 
+  def masked_load_helpers(self, uops: list[UOp]) -> list[str]:
+    """Vector loads whose lanes are valid or not one by one (padding): masked-off lanes read nothing (so they may
+    lie outside the buffer) and give 0. One masked load instruction on x86, else a loop over the lanes."""
+    lines: list[str] = []
+    masked = sorted({u.dtype for u in uops if u.op is Ops.LOAD and len(u.src[0].src) > 2 and u.src[0].src[2].dtype.count > 1},
+                    key=lambda d: (d.name, d.count))
+    if masked: lines += X86_INCLUDE
+    for dt in masked:
+      vec, scalar, mask = self.type_name(dt), self.type_name(dt.scalar()), self.type_name(dtypes.bool.vec(dt.count))
+      lines.append(f"static inline {vec} load_{vec}_masked(const {scalar}* p, {mask} m) {{")
+      fast = X86_MASKED_LOAD.get((dt.scalar(), dt.count))
+      if fast: lines += [f"#if defined(__x86_64__) && defined({fast[0]})", f"  return ({vec}){fast[1]};", "#else"]
+      lines += [f"  {vec} out;", f"  for (int i = 0; i < {dt.count}; i++) out[i] = m[i] ? p[i] : 0;", "  return out;"]
+      if fast: lines.append("#endif")
+      lines.append("}")
+    return lines
+
   def render_vector_cast(self, x: str, source: DType, target: DType) -> str:
     """Lane-wise conversion; a mask (-1/0 lanes) converts as the bools it holds (true -> 1), and a value
     becomes a mask by comparing with zero."""
@@ -277,8 +296,11 @@ class CRenderer:
     return self.render_broadcast(self.render_const(value, dt.scalar()), dt)
 
   def render_broadcast(self, scalar: str, dt: DType) -> str:
-    """One value in every lane: GCC/clang broadcast a scalar added to (or, for masks, subtracted from) a vector."""
+    """One value in every lane: GCC/clang broadcast a scalar combined with a zero vector. Floats subtract +0, which
+    the compiler drops (x - 0.0 is x even for -0.0; x + 0.0 is not, so it would stay an addition before the
+    broadcast); masks subtract the bool from zero (true -> -1)."""
     if dt.scalar() == dtypes.bool: return f"(({self.type_name(dt)}){{0}}-(int)({scalar}))"   # GCC won't mix _Bool and vectors
+    if dtypes.is_float(dt.scalar()): return f"({scalar}-({self.type_name(dt)}){{0}})"
     return f"(({self.type_name(dt)}){{0}}+{scalar})"
 
 
@@ -289,6 +311,13 @@ LIBMVEC = {4: ("b", "__SSE2__"), 8: ("d", "__AVX2__"), 16: ("e", "__AVX512F__")}
 X86_INCLUDE = ["#if defined(__x86_64__)", "#include <immintrin.h>", "#endif"]
 # non-temporal vector stores by vector bytes: (C macro, bits)
 X86_STREAM = {32: ("__AVX__", 256), 64: ("__AVX512F__", 512)}
+# masked vector loads by (lane dtype, lanes): (C macro, the call on p and the -1/0 mask m)
+X86_MASKED_LOAD = {
+  (dtypes.float32, 16): ("__AVX512F__", "_mm512_maskz_loadu_ps(_mm512_test_epi32_mask((__m512i)m, (__m512i)m), p)"),
+  (dtypes.int32, 16): ("__AVX512F__", "_mm512_maskz_loadu_epi32(_mm512_test_epi32_mask((__m512i)m, (__m512i)m), p)"),
+  (dtypes.float32, 8): ("__AVX2__", "_mm256_maskload_ps(p, (__m256i)m)"),
+  (dtypes.float32, 4): ("__AVX2__", "_mm_maskload_ps(p, (__m128i)m)"),
+}
 # round toward zero (immediate 11 = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), by vector width: (C macro, call)
 X86_TRUNC = {4: ("__SSE4_1__", "_mm_round_ps(x, 11)"), 8: ("__AVX__", "_mm256_round_ps(x, 11)"), 16: ("__AVX512F__", "_mm512_roundscale_ps(x, 11)")}
 

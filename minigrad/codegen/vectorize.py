@@ -127,10 +127,17 @@ class _Vectorizer:
   def visit_load(self, load: UOp) -> None:
     index = load.src[0]
     buf, idx, gate = index.src[0], index.src[1], index.src[2:]
-    if vector_ok(load.dtype, self.width) and self.contiguous(idx) and all(self.uniform(g) for g in gate):
-      first = (buf, self.lane_values(idx)[0]) + tuple(self.lane_values(g)[0] for g in gate)
-      self.vector[load] = UOp(Ops.LOAD, load.dtype.vec(self.width), (UOp(Ops.INDEX, index.dtype, first),))
-      return
+    if vector_ok(load.dtype, self.width) and self.contiguous(idx):
+      if all(self.uniform(g) for g in gate):
+        first = (buf, self.lane_values(idx)[0]) + tuple(self.lane_values(g)[0] for g in gate)
+        self.vector[load] = UOp(Ops.LOAD, load.dtype.vec(self.width), (UOp(Ops.INDEX, index.dtype, first),))
+        return
+      if load.dtype in LANE32_DTYPES and self.width * 4 <= MAX_VECTOR_BYTES:
+        # lanes valid one by one (padding): a masked vector load, masked-off lanes read nothing and give 0
+        mask = self.vector_of(gate[0])
+        for g in gate[1:]: mask = UOp(Ops.AND, mask.dtype, (mask, self.vector_of(g)))
+        self.vector[load] = UOp(Ops.LOAD, load.dtype.vec(self.width), (UOp(Ops.INDEX, index.dtype, (buf, self.lane_values(idx)[0], mask)),))
+        return
     self.lanes[load] = [UOp(Ops.LOAD, load.dtype, (UOp(Ops.INDEX, index.dtype, (buf, self.lane_values(idx)[lane]) +
                                                       tuple(self.lane_values(g)[lane] for g in gate)),)) for lane in range(self.width)]
 

@@ -22,6 +22,7 @@ from minigrad.dtype import dtypes
 from minigrad.uop.ops import UOp, Ops, GroupOp, toposort
 from minigrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from minigrad.uop.shapetracker import ShapeTracker
+from minigrad.schedule.packing import pack_operands
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,7 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
     builder = _KernelBuilder(node, fusion.kernel_reduce[node], buffers)
     ast = builder.build(buffers[node])
     items.append(ScheduleItem(ast, (buffers[node], *builder.inputs)))
+  items = pack_operands(items, ScheduleItem)
   stored = {node: buffer_view(buffers[node], node.shape) for node in order}
   becomes: dict[UOp, UOp] = {}
   for original, t in rewritten.items():

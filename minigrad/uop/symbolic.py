@@ -123,23 +123,36 @@ def _rebuild(terms: list[tuple[UOp | None, int]], like: UOp) -> UOp:
 
 
 def _divide_sum(numerator: UOp, divisor: UOp, want_mod: bool) -> UOp | None:
-  """(sum of terms) // c or % c, when every term is >= 0: split off the terms whose coefficient c divides."""
+  """(sum of terms) // c or % c, when every term is >= 0: each coefficient splits into a multiple of c, which
+  goes to the quotient, and a remainder below c: (y + k*35) % 34 -> (y + k) % 34, (y + k*35) // 34 -> k + (y + k) // 34."""
   c = divisor.arg
   if c <= 0 or numerator.op is not Ops.ADD: return None
   terms = [_coefficient(t) for t in split_terms(numerator)]
   if any(coef < 0 or (base is not None and base.vmin < 0) for base, coef in terms): return None
-  divisible = [(b, coef) for b, coef in terms if coef % c == 0]
-  rest = [(b, coef) for b, coef in terms if coef % c != 0]
-  if not divisible:
+  if all(coef < c for _, coef in terms):
     # common factor: (x*4 + y*6) // 2 -> (x*2 + y*3), (x*4+y*6) % 2 -> 0
     g = c
     for _, coef in terms: g = gcd(g, coef)
     if g > 1 and not want_mod: return _rebuild([(b, coef // g) for b, coef in terms], numerator) // (c // g)
-    return None
+    return _divide_digits(terms, c, want_mod, numerator)
+  rest = [(b, coef % c) for b, coef in terms if coef % c]
   remainder = _rebuild(rest, numerator) if rest else numerator.const_like(0)
   if want_mod: return remainder % c if rest else numerator.const_like(0)
-  quotient = _rebuild([(b, coef // c) for b, coef in divisible], numerator)
+  quotient = _rebuild([(b, coef // c) for b, coef in terms if coef >= c], numerator)
   return quotient + remainder // c if rest else quotient
+
+
+def _divide_digits(terms: list[tuple[UOp | None, int]], c: int, want_mod: bool, like: UOp) -> UOp | None:
+  """Sums like g*q + r with g dividing c and 0 <= r < g (an index split into digits): with c = g*m,
+  (g*q + r) // c -> q // m and (g*q + r) % c -> g*(q % m) + r. E.g. (x*16 + l) % 32 -> (x % 2)*16 + l for l < 16."""
+  for g in sorted({coef for _, coef in terms if 1 < coef < c and c % coef == 0}, reverse=True):
+    high = [(b, coef // g) for b, coef in terms if coef % g == 0]
+    low = [(b, coef) for b, coef in terms if coef % g != 0]
+    if not high or not low or sum(coef * (1 if b is None else b.vmax) for b, coef in low) >= g: continue
+    q = _rebuild(high, like)
+    if not want_mod: return q // (c // g)
+    return (q % (c // g)) * g + _rebuild(low, like)
+  return None
 
 
 def _collect_terms(node: UOp) -> UOp | None:

@@ -1,0 +1,97 @@
+"""Operand packing: give a big matrix product's reused operand a tile-friendly layout first.
+
+Input: the scheduler's ScheduleItems. Output: the same items, where a large matmul-shaped reduce kernel that
+reads a 2-d operand `b` (one reduce dim k, one output dim j) gets a copy kernel before it that writes
+b[k, j] as panels of PANEL_WIDTH columns: packed[j // PANEL_WIDTH][k][j % PANEL_WIDTH]. The product then reads
+one contiguous panel per tile of output columns instead of PANEL_WIDTH-wide strips a whole row apart: the
+panel stays in the L2 cache while the kernel sweeps the rows, and the hardware prefetcher sees one stream.
+(Rows a power-of-two apart also map to the same few cache sets, so unpacked strips evict each other.)
+
+The codegen heuristics give such a kernel output tiles of PANEL_WIDTH columns (two 16-float vectors), so
+each tile reads exactly one panel.
+"""
+from __future__ import annotations
+from minigrad.dtype import dtypes
+from minigrad.uop.ops import UOp, Ops
+from minigrad.uop.shapetracker import ShapeTracker, View
+
+PANEL_WIDTH = 32              # output columns per register tile: two AVX-512 vectors of float32
+MIN_PACKED_BYTES = 1 << 20    # smaller operands stay in the L2 cache as they are
+MIN_ROWS = 64                 # the packed copy must be reused by at least this many output rows
+MIN_REDUCE = 64               # and be long enough in k to pay for the copy
+PACKED_DEVICES = ("CPU", "LLVM")   # a layout for CPU caches
+
+
+def pack_operands(items: list, make_item) -> list:
+  """Insert packing copies in front of the matmul kernels that profit (see the module docstring).
+  `make_item(ast, bufs)` builds a ScheduleItem."""
+  out = []
+  for item in items:
+    packs = [p for p in (_packing_plan(item, load) for load in _reduce_loads(item.ast)) if p is not None] if item.device in PACKED_DEVICES else []
+    if not packs:
+      out.append(item)
+      continue
+    replace: dict[UOp, UOp] = {}
+    bufs = list(item.bufs)
+    for load, packed_view, pack_view, panels in packs:
+      source = item.bufs[load.src[0].arg]
+      packed = UOp.new_buffer(source.device, panels.size(), load.dtype)
+      out.append(make_item(_copy_ast(load.dtype, pack_view, panels), (packed, source)))
+      # a new kernel argument: other loads may still read the unpacked buffer
+      replace[load] = UOp(Ops.LOAD, load.dtype, (UOp(Ops.DEFINE_GLOBAL, load.src[0].dtype, (), len(bufs)), UOp(Ops.VIEW, arg=packed_view)))
+      bufs.append(packed)
+    out.append(make_item(_substitute(item.ast, replace), tuple(bufs)))
+  return out
+
+
+def _reduce_loads(ast: UOp) -> list[UOp]:
+  reduces = [n for n in ast.toposort if n.op is Ops.REDUCE_AXIS]
+  if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD: return []
+  return [n for n in reduces[0].src[0].toposort if n.op is Ops.LOAD]
+
+
+def _packing_plan(item, load: UOp):
+  """(load, the view reading the packed copy, the view the copy reads b through, the copy's shape as a View)
+  when `load` is a matmul operand worth packing, else None."""
+  st: ShapeTracker = load.src[1].arg
+  if len(st.views) != 1 or load.dtype.itemsize != 4: return None
+  view = st.views[0]
+  if view.mask is not None: return None
+  reduce = next(n for n in item.ast.toposort if n.op is Ops.REDUCE_AXIS)
+  reduce_axes = set(reduce.arg[1])
+  used = [a for a, stride in enumerate(view.strides) if stride != 0]
+  if len(used) != 2: return None
+  k_axis = next((a for a in used if a in reduce_axes), None)
+  j_axis = next((a for a in used if a not in reduce_axes), None)
+  if k_axis is None or j_axis is None: return None
+  store = next(n for n in item.ast.toposort if n.op is Ops.STORE)
+  out_view = store.src[1].arg.views[-1]
+  if len(store.src[1].arg.views) != 1 or out_view.strides[j_axis] != 1: return None   # j must be the output's contiguous dim
+  J, K = view.shape[j_axis], view.shape[k_axis]
+  rows = [a for a, size in enumerate(view.shape) if a not in (j_axis, k_axis) and a not in reduce_axes and size > 1]
+  if J % PANEL_WIDTH or K < MIN_REDUCE or J * K * 4 < MIN_PACKED_BYTES: return None
+  if not rows or max(view.shape[a] for a in rows) < MIN_ROWS: return None
+  if any(view.shape[a] > 1 for a in reduce_axes - {k_axis}): return None
+  s_j, s_k = view.strides[j_axis], view.strides[k_axis]
+  # the copy: packed[p][k][c] = b[(p * PANEL_WIDTH + c) * s_j + k * s_k + offset]
+  panels = View.create((J // PANEL_WIDTH, K, PANEL_WIDTH))
+  pack_view = ShapeTracker((View.create(panels.shape, (PANEL_WIDTH * s_j, s_k, s_j), view.offset),))
+  # the product reads packed[j // PANEL_WIDTH][k][j % PANEL_WIDTH] at kernel coordinates (..., j, ..., k, ...)
+  as_jk = ShapeTracker.from_shape(panels.shape).permute((0, 2, 1)).reshape((J, K))
+  if k_axis < j_axis: as_jk = as_jk.permute((1, 0))
+  with_ones = tuple(size if a in (j_axis, k_axis) else 1 for a, size in enumerate(view.shape))
+  packed_view = as_jk.reshape(with_ones).expand(view.shape)
+  return load, packed_view, pack_view, panels
+
+
+def _copy_ast(dtype, pack_view: ShapeTracker, panels: View) -> UOp:
+  source = UOp(Ops.LOAD, dtype, (UOp(Ops.DEFINE_GLOBAL, dtype.ptr(), (), 1), UOp(Ops.VIEW, arg=pack_view)))
+  store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, dtype.ptr(), (), 0), UOp(Ops.VIEW, arg=ShapeTracker((panels,))), source))
+  return UOp(Ops.SINK, dtypes.void, (store,))
+
+
+def _substitute(root: UOp, replace: dict[UOp, UOp]) -> UOp:
+  built: dict[UOp, UOp] = {}
+  for node in root.toposort:
+    built[node] = replace.get(node) or (node.replace(src=tuple(built[s] for s in node.src)) if node.src else node)
+  return built[root]
