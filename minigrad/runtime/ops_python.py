@@ -227,7 +227,7 @@ class _Launch:
       address = int(addresses[a])
       element = address % memory.row_size if memory.local else address
       self.fail(position, f"writes {memory.name}[{element}] from two threads with different values: "
-                          f"{self.describe_thread(int(threads[a]))} writes {values[a]!r}, {self.describe_thread(int(threads[b]))} writes {values[b]!r}")
+                          f"{self.describe_thread(int(threads[a]))} writes {values[a].item()!r}, {self.describe_thread(int(threads[b]))} writes {values[b].item()!r}")
 
   # ---- execution ----
   def run(self) -> None:
