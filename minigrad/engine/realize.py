@@ -5,7 +5,8 @@ Each kernel AST is compiled once per device (Kernel -> lower -> linearize -> ren
 `compiled_kernels`; the device compiler also keeps binaries on disk.
 
 `buffers` maps each BUFFER node of the tensor graph to its runtime Buffer. It is a documented cache with weak
-keys: when no graph mentions a BUFFER node any more, its memory is freed.
+keys: when no graph mentions a BUFFER node any more, its memory is freed. Intermediates of a schedule that no
+graph mentions after it share memory (minigrad/engine/memory.py). TinyJit's hooks close the file.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
