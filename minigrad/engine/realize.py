@@ -73,7 +73,8 @@ class CompiledKernel:
 
 
 def count_flops(uops: list[UOp]) -> int:
-  """ALU operations executed on data (index math excluded), multiplied by the trip counts of their loops."""
+  """ALU operations executed on data (index math excluded): one per SIMD lane, times the trip counts of their loops
+  and, on GPUs, the number of threads (the SPECIAL ids)."""
   index_math: set[UOp] = set()
   trips, total = [1], 0
   for u in uops:
@@ -81,11 +82,11 @@ def count_flops(uops: list[UOp]) -> int:
       trips.append(trips[-1] * (u.vmax - u.vmin + 1))
       index_math.add(u)
     elif u.op is Ops.ENDRANGE: trips.pop()
-    elif u.op is Ops.CONST: index_math.add(u)
+    elif u.op in (Ops.CONST, Ops.SPECIAL, Ops.DEFINE_VAR): index_math.add(u)
     elif u.op in GroupOp.ALU:
       if all(s in index_math for s in u.src): index_math.add(u)
-      else: total += trips[-1]
-  return total
+      else: total += trips[-1] * u.dtype.count
+  return total * prod(u.arg[1] for u in uops if u.op is Ops.SPECIAL)
 
 
 compiled_kernels: dict[tuple[UOp, str, tuple[Opt, ...] | None], CompiledKernel] = {}
