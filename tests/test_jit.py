@@ -443,3 +443,31 @@ def test_carried_tensors_that_shared_memory_at_capture_and_no_longer_do():
     expected_a = expected_b = expected_a * 2 + expected_b + xn
     np.testing.assert_allclose(mix(Tensor(xn)).numpy(), expected_a, rtol=1e-5)
   np.testing.assert_allclose(b.numpy(), expected_b, rtol=1e-5)
+
+
+def test_a_carried_tensor_first_made_by_a_later_call_is_not_missed():
+  holder: dict[str, Tensor] = {}
+  calls = {"n": 0}
+  def body(x: Tensor) -> Tensor:
+    calls["n"] += 1
+    y = (x * 2).realize()
+    if calls["n"] == 2: holder["last"] = Tensor.zeros(3)
+    if "last" in holder: holder["last"].assign(y)   # write-only state, first made by the second call
+    return y
+  f = TinyJit(body)
+  for _ in range(7):
+    xn = rand(3)
+    np.testing.assert_allclose(f(Tensor(xn)).numpy(), xn * 2, rtol=1e-6)
+    if calls["n"] >= 2: np.testing.assert_allclose(holder["last"].numpy(), xn * 2, rtol=1e-6)
+
+
+def test_namedtuple_results():
+  from collections import namedtuple
+  Pair = namedtuple("Pair", "total scaled")
+  f = TinyJit(lambda x: Pair(x.sum(), x * 3))
+  for _ in range(4):
+    xn = rand(4)
+    out = f(Tensor(xn))
+    assert isinstance(out, Pair)
+    np.testing.assert_allclose(out.total.numpy(), xn.sum(), rtol=1e-5)
+    np.testing.assert_allclose(out.scaled.numpy(), xn * 3, rtol=1e-6)

@@ -128,7 +128,8 @@ def _unflatten(structure: Any, leaves: Any) -> Any:
   if structure == "none": return None
   kind, keys, children = structure
   values = [_unflatten(child, leaves) for child in children]
-  return dict(zip(keys, values)) if kind is dict else kind(values)
+  if issubclass(kind, dict): return kind(zip(keys, values))
+  return kind(*values) if hasattr(kind, "_fields") else kind(values)   # a namedtuple takes its fields one by one
 
 
 # ---------------------------------------------------------------- recording one call
@@ -177,12 +178,16 @@ def _record(fn: Callable, args: tuple, kwargs: dict, inputs: list[Tensor]) -> tu
         if _plain_base(t.uop) is None: t.uop = t.contiguous().realize().uop
   finally:
     realize.launch_recorder = realize.assign_recorder = None
+  # carried: assigned tensors that existed before the call (their value then was a buffer made earlier). The others
+  # that survive were made by this call: kept apart, they become carried from the next call on, so their shapes
+  # enter the comparison (a tensor first made by this call must not be missed by a capture taken now)
   state = [(t, old) for t, old in before.values() if (base := _plain_base(old)) is not None and base.arg[0] < start_id]
-  return returned, _classify(launches, inputs, state, leaves, structure, start_id, rng_start)
+  made_here = tuple((t.shape, t.dtype) for t in assigned if all(t is not s for s, _ in state))
+  return returned, _classify(launches, inputs, state, made_here, leaves, structure, start_id, rng_start)
 
 
-def _classify(launches: list, inputs: list[Tensor], state: list[tuple[Tensor, UOp]], leaves: list[Tensor], structure: Any,
-              start_id: int, rng_start: int) -> _Recording:
+def _classify(launches: list, inputs: list[Tensor], state: list[tuple[Tensor, UOp]], made_here: tuple, leaves: list[Tensor],
+              structure: Any, start_id: int, rng_start: int) -> _Recording:
   for j, (t, _) in enumerate(state):
     if any(t is x for x in inputs):
       raise JitError(f"TinyJit: the function assigns its argument {next(k for k, x in enumerate(inputs) if x is t)} (shape {t.shape}); "
@@ -231,7 +236,7 @@ def _classify(launches: list, inputs: list[Tensor], state: list[tuple[Tensor, UO
   state_reads = [slot_of.get(old.base) for _, old in state]
   rng_advance = Tensor._rng_counter - rng_start
   signature = (tuple((kernel.kernel.ast, kernel.device, slots) for kernel, slots in slot_launches), tuple(kinds),
-               tuple(id(t) for t in state_tensors), tuple(state_reads), tuple(state_writes), tuple(results), structure, rng_advance)
+               tuple(id(t) for t in state_tensors), made_here, tuple(state_reads), tuple(state_writes), tuple(results), structure, rng_advance)
   return _Recording(signature, kinds, nodes, slot_launches, state_tensors, state_reads, state_writes, results, structure,
                     rng_advance, realize.assign_count, start_id)
 
@@ -250,8 +255,8 @@ def _disagreement(first: _Recording, second: _Recording) -> str:
               "or assigned: pass it as an argument, or keep it in a tensor the function assigns")
     if a[0] == "host" and b[0] == "host": return f"the function builds a tensor from Python data that changes between calls (buffer {slot}); pass it as an argument"
     return f"buffer {slot} was {a[0]} in one call and {b[0]} in the next"
-  if first.signature[2] != second.signature[2]:
-    return "the calls assigned different tensors (a tensor created by each call and kept alive after it is assigned?)"
+  if first.signature[2:4] != second.signature[2:4]:
+    return "the calls assigned different tensors (a tensor created by each call, assigned and kept alive after it?)"
   return "the calls' carried tensors, results or random numbers differ"
 
 
