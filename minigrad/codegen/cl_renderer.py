@@ -10,7 +10,6 @@ cl_khr_fp16 (pocl lacks it).
 from __future__ import annotations
 from minigrad.dtype import DType, dtypes
 from minigrad.uop.ops import UOp, Ops
-from minigrad.codegen.c_renderer import CRenderer
 from minigrad.codegen.gpu_renderer import GPURenderer, HALF_TO_FLOAT, FLOAT_TO_HALF
 
 
@@ -25,7 +24,7 @@ class OpenCLRenderer(GPURenderer):
                 dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float32: "float",
                 dtypes.float64: "double", dtypes.float16: "ushort", dtypes.bfloat16: "ushort"}   # 16-bit floats are words
   memory_type_names = {dtypes.bool: "uchar"}
-  code_for_op = {**CRenderer.code_for_op,
+  code_for_op = {**GPURenderer.code_for_op,
                  Ops.SQRT: lambda x, dt: f"sqrt({x})", Ops.EXP2: lambda x, dt: f"exp2({x})", Ops.LOG2: lambda x, dt: f"log2({x})",
                  Ops.SIN: lambda x, dt: f"sin({x})", Ops.TRUNC: lambda x, dt: f"trunc({x})"}
 

@@ -14,12 +14,19 @@ from __future__ import annotations
 import numpy as np
 from minigrad.dtype import DType, dtypes
 from minigrad.uop.ops import UOp, Ops
-from minigrad.codegen.c_renderer import CRenderer
+from minigrad.codegen.c_renderer import CRenderer, _strip
 
 HALF_TO_FLOAT, FLOAT_TO_HALF = "half_to_float", "float_to_half"   # names of the float16 conversion functions
 
 
+def _subtract_if_negated(a: str, b: str, dt: DType) -> str:
+  """`a+(-x)` is spelled `a-x`: the same number, and OpenCL C compilers fuse `a-y*z` into one multiply-add (as gcc's
+  -ffp-contract=fast does on the CPU) only when it is written as a subtraction."""
+  return f"({a}-{b[2:-1]})" if b.startswith("(-") and _strip(b) == b[1:-1] else f"({a}+{b})"
+
+
 class GPURenderer(CRenderer):
+  code_for_op = {**CRenderer.code_for_op, Ops.ADD: _subtract_if_negated}
   threaded_outer_loop = False
   vector_lanes = False
   has_local = True
