@@ -102,21 +102,21 @@ def test_gpu_opt_pairs_match_plain_loops(device, name):
 
 
 def test_matmul_heuristics_give_a_simd_register_tile():
-  a, b = arr(64, 32), arr(32, 64)
+  a, b = arr(64, 32), arr(32, 128)
   t = Tensor(a) @ Tensor(b)
   (item,) = t.schedule()
   program = get_kernel(item.ast, "CPU")
-  # 16 lanes, a second vector of columns, 8 rows: 16 accumulators; the column tiles run in the outer loop
-  assert program.kernel.applied_opts == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 8), Opt("SWAP", 0, 1)]
+  # 16 lanes, 4 vectors of columns x 4 rows: 16 accumulators, 8 loads per 16 multiply-adds; column tiles outermost
+  assert program.kernel.applied_opts == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 4), Opt("UPCAST", 0, 4), Opt("SWAP", 0, 1)]
   assert "float_v16 acc15 " in program.source and "acc16" not in program.source
   np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_matmul_tile_fits_odd_shapes():
-  a, b = arr(36, 32), arr(32, 48)   # 36 rows: a 4-row tile; 48 columns: no second vector
+  a, b = arr(36, 32), arr(32, 48)   # 36 rows: a 4-row tile; 48 columns: three vectors
   t = Tensor(a) @ Tensor(b)
   (item,) = t.schedule()
-  assert get_kernel(item.ast, "CPU").kernel.applied_opts[:2] == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 4)]
+  assert get_kernel(item.ast, "CPU").kernel.applied_opts[:3] == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 3), Opt("UPCAST", 0, 4)]
   np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
 

@@ -8,15 +8,17 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
   1. lanes: the output dim that is contiguous in memory becomes 16 (or 8, 4, 2) SIMD lanes, when every buffer
      reads the new lane dim contiguously or not at all. Padding is fine: a load whose validity changes
      across the lanes becomes a masked vector load.
-  2. register tile, in a reduce kernel with lanes: a dim that the vector loads don't depend on (a matmul's rows,
-     a convolution's output channels) is unrolled by up to 8 and the lane dim by 2 more vectors, so each loaded
-     vector feeds 8 multiply-adds and each broadcast value 2: up to 16 independent accumulators, enough to
-     keep both FMA units busy through their 4-cycle latency.
-  3. short reduce dims (a 3x3 window) are unrolled: more independent work per loop trip, and the masks of
-     padded loads stop depending on the loop.
-  4. loop order: among the output loops, the dim the biggest per-tile input doesn't depend on runs innermost,
-     so that input stays in cache while the tiles sweep along it (a matmul's packed column panel, see
-     minigrad.schedule.packing).
+  2. register tile, in a reduce kernel with lanes: up to 16 accumulators (of 32 registers; 8 or more keep both
+     FMA units busy through their 4-cycle latency) from more vectors along the lane dim, rows of a dim the
+     vector loads don't depend on (a matmul's rows, a convolution's output channels) and another output dim
+     (a convolution's output rows). Of the candidates, the one with the fewest loads per multiply-add in a
+     trip of the reduce loop wins; loads whose indices coincide count once, so a 3x3 window's overlapping
+     input rows are shared between output rows.
+  3. short reduce dims (a 3x3 window) are unrolled whole when a longer reduce loop remains: more independent
+     work per loop trip, shared loads, and the masks of padded loads stop depending on the loop.
+  4. loop order, in a matrix product: the output dim the biggest per-tile input doesn't depend on runs
+     innermost, so that input stays in cache while the tiles sweep along it (a matmul's packed column panel,
+     see minigrad.schedule.packing).
   5. row reductions (no lanes on the output): lanes from a contiguous reduce dim, summed across at the end.
 """
 from __future__ import annotations
@@ -32,8 +34,8 @@ from minigrad.uop.shapetracker import ShapeTracker
 from minigrad.uop.symbolic import split_terms
 
 LANES = tuple(sorted(VECTOR_WIDTHS, reverse=True))
-TILE_ROWS = (8, 4, 2)      # register tile rows, tried in this order
-TILE_VECTORS = 2           # vectors per tile row
+TILE_ROWS = (1, 2, 4, 8)   # register tile rows tried
+MAX_ACCUMULATORS = 16      # of the 32 vector registers, half hold accumulators
 MAX_UNROLLED_REDUCE = 4    # reduce dims up to this size are unrolled whole
 
 
@@ -103,29 +105,82 @@ def hand_coded_optimizations(k: Kernel) -> None:
 
 
 def _register_tile(k: Kernel, lane_remainder: int | None) -> None:
+  """Choose the register tile (rules 2-4) by counting, for each candidate, the loads one trip of the reduce loop
+  needs per multiply-add: loads whose indices coincide (a 3x3 window's overlapping rows) count once."""
   lane_axis = k.shape_len - 1
   vector_loads = [i for i, stride in enumerate(_strides(k, lane_axis)) if stride == 1 and k.sts[i] is not k.output_st]
-  # 2. rows: a global dim the vector loads don't depend on
   globals_ = k.axes_of("global")
-  rows_axis = next((a for a in reversed(globals_) if a != lane_remainder and all(_strides(k, a)[i] == 0 for i in vector_loads)), None)
-  rows = next((r for r in TILE_ROWS if rows_axis is not None and k.full_shape[rows_axis] % r == 0), None)
-  if rows is not None:
-    if lane_remainder is not None and k.full_shape[lane_remainder] % TILE_VECTORS == 0 and rows * TILE_VECTORS <= 16:
-      k.apply_opt(Opt("UPCAST", globals_.index(lane_remainder), TILE_VECTORS))
-    globals_ = k.axes_of("global")
-    rows_global = globals_.index(rows_axis) if rows_axis in globals_ else None
-    if rows_global is not None: k.apply_opt(Opt("UPCAST", rows_global, rows))
-  # 3. short reduce dims are unrolled whole (the innermost one)
+  # rows: global dims the vector loads don't depend on (a matmul's rows, a convolution's output channels);
+  # other dims (a convolution's output rows) can share loads too, through the unrolled reduce dims
+  rows_axes = [a for a in globals_ if a != lane_remainder and all(_strides(k, a)[i] == 0 for i in vector_loads)][-1:]
+  other_axes = [a for a in globals_ if a != lane_remainder and a not in rows_axes][-1:]
   reduces = k.axes_of("reduce")
-  short = [a for a in reduces if k.full_shape[a] <= MAX_UNROLLED_REDUCE]
-  if short and len(reduces) > 1: k.apply_opt(Opt("UNROLL", reduces.index(short[-1]), k.full_shape[short[-1]]))
-  # 4. loop order: the dim the biggest per-tile input doesn't depend on runs innermost
+  # 3. short reduce dims (a 3x3 window) are unrolled whole, when a longer reduce loop remains
+  unrolled = [a for a in reduces if k.full_shape[a] <= MAX_UNROLLED_REDUCE and any(k.full_shape[b] > MAX_UNROLLED_REDUCE for b in reduces)]
+  unrolls = [Opt("UNROLL", reduces.index(a), k.full_shape[a]) for a in reversed(unrolled)]
+  best: tuple[tuple[float, int], list[Opt]] | None = None
+  for vectors in (1, 2, 3, 4):
+    if vectors > 1 and (lane_remainder is None or k.full_shape[lane_remainder] % vectors): continue
+    for rows_axis in rows_axes + [None]:
+      for rows in (TILE_ROWS if rows_axis is not None else (1,)):
+        for other_axis in other_axes + [None]:
+          for others in ((1, 2, 4, 8) if other_axis is not None else (1,)):
+            amounts = {lane_remainder: vectors, rows_axis: rows, other_axis: others}
+            if prod(amounts.values()) > MAX_ACCUMULATORS or any(a is not None and k.full_shape[a] % n for a, n in amounts.items()): continue
+            # UPCASTs from the highest dim down, so a dim used up whole doesn't shift the ones still to split
+            opts = [Opt("UPCAST", globals_.index(a), n) for a, n in sorted(amounts.items(), key=lambda x: -1 if x[0] is None else x[0], reverse=True)
+                    if a is not None and n > 1] + unrolls
+            score = _tile_cost_from_strides(k, {a: n for a, n in amounts.items() if a is not None and n > 1}, unrolled)
+            if score is None:   # an index that isn't affine in a dim before the split: count on the split kernel
+              trial = k
+              for opt in opts: trial = trial and _trial(trial, opt)
+              if trial is None: continue
+              score = _tile_cost(trial)
+            if best is None or score < best[0]: best = (score, opts)
+  if best is None: return
+  for opt in best[1]: k.apply_opt(opt)
   _order_loops(k)
 
 
+def _count_loads(tile: list[tuple[int | None, int]]) -> int:
+  """Distinct indices one buffer reads over the tile dims, given as (stride, size): strides that overlap (a
+  window's rows) give fewer loads than dims."""
+  if any(stride is None for stride, _ in tile): return prod(size for _, size in tile)
+  offsets = {0}
+  for stride, size in tile: offsets = {o + stride * i for o in offsets for i in range(size)}
+  return len(offsets)
+
+
+def _tile_cost_from_strides(k: Kernel, upcasts: dict[int, int], unrolled: list[int]) -> tuple[float, int] | None:
+  """`_tile_cost` of the kernel with `upcasts` (dim -> amount) and `unrolled` dims, from the strides of the
+  unsplit kernel: the inner part of a split dim keeps its stride. None if some index isn't affine there."""
+  accumulators = prod(upcasts.values())
+  fmas = accumulators * prod(k.full_shape[a] for a in unrolled)
+  loads = 0
+  for st in k.sts:
+    if st is k.output_st: continue
+    strides = index_strides(st)
+    tile = [(strides[a], n) for a, n in upcasts.items()] + [(strides[a], k.full_shape[a]) for a in unrolled]
+    if any(stride is None for stride, _ in tile): return None
+    loads += _count_loads(tile)
+  return (loads / fmas, -accumulators)
+
+
+def _tile_cost(k: Kernel) -> tuple[float, int]:
+  """(loads per multiply-add in one reduce-loop trip, -accumulators): smaller is better. The first upcast dim
+  is the SIMD lanes; the other upcast dims make accumulators, the unrolled dims multiply-adds per accumulator."""
+  lanes = k.first_upcast
+  tile_dims = [d for d in range(lanes + 1, k.shape_len)]
+  accumulators = prod(k.full_shape[d] for d in tile_dims if k.axis_kinds[d] == "upcast")
+  fmas = accumulators * prod(k.full_shape[d] for d in tile_dims if k.axis_kinds[d] == "unroll")
+  loads = sum(_count_loads([(index_strides(st)[d], k.full_shape[d]) for d in tile_dims]) for st in k.sts if st is not k.output_st)
+  return (loads / fmas, -accumulators)
+
+
 def _order_loops(k: Kernel) -> None:
+  """4. In a matrix product (two output dims), the dim the biggest per-tile input doesn't depend on runs innermost."""
   globals_ = k.axes_of("global")
-  if len(globals_) < 2: return
+  if len(globals_) != 2: return
   inner = [a for a in range(k.shape_len) if k.axis_kinds[a] not in ("global", "local")]
 
   def tile_elements(st: ShapeTracker) -> int:
