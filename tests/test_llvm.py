@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("llvmlite")
 import torch  # noqa: E402
 from minigrad import Tensor, dtypes, nn  # noqa: E402
-from minigrad.dtype import ALL_DTYPES, DType, PtrDType, to_numpy, truncate  # noqa: E402
+from minigrad.dtype import ALL_DTYPES, DType, to_numpy, truncate  # noqa: E402
 from minigrad.engine.realize import get_kernel  # noqa: E402
 from minigrad.runtime import ops_cpu  # noqa: E402
 from minigrad.runtime.device import Buffer, CompileError, Device  # noqa: E402
@@ -398,9 +398,12 @@ def test_missing_llvmlite_names_the_install_command(tmp_path):
   assert "ERROR the LLVM backend needs llvmlite" in out.stdout and "pip install -e .[llvm]" in out.stdout, out.stdout + out.stderr
 
 
-def test_every_dtype_has_an_llvm_type():
+def test_dtypes_map_to_llvm_types():
   from minigrad.codegen.llvm_renderer import llvm_type, memory_type
-  for dt in ALL_DTYPES:
-    assert llvm_type(dt) and memory_type(dt.vec(4)).startswith("<4 x ")
-    assert to_numpy(dt).itemsize * 8 >= int(memory_type(dt)[1:]) if memory_type(dt).startswith("i") else True
-  assert llvm_type(dtypes.float32.ptr()) == "ptr" and isinstance(dtypes.float32.ptr(), PtrDType)
+  expected = {dtypes.bool: "i1", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint32: "i32", dtypes.int64: "i64",
+              dtypes.float16: "half", dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double"}
+  for dt, name in expected.items(): assert llvm_type(dt) == name, dt
+  assert llvm_type(dtypes.float32.vec(16)) == "<16 x float>" and llvm_type(dtypes.bool.vec(8)) == "<8 x i1>"
+  assert memory_type(dtypes.bool) == "i8" and memory_type(dtypes.bool.vec(4)) == "<4 x i8>"   # numpy's bool bytes
+  assert llvm_type(dtypes.float32.ptr()) == "ptr"
+  assert all(llvm_type(dt) for dt in ALL_DTYPES)

@@ -103,6 +103,8 @@ class LLVMRenderer:
   threaded_outer_loop = True
   # the innermost upcast dim becomes LLVM vector lanes
   vector_lanes = True
+  # CPU-shaped: loops, no workgroups or local memory
+  has_local = False
 
   def __init__(self, libmvec_widths: dict[int, str] | None = None):
     """`libmvec_widths`: vector width -> ISA letter of the libmvec variants the target can call (x86: 4 -> "b"
@@ -114,7 +116,7 @@ class LLVMRenderer:
 
 
 class _FunctionWriter:
-  """Writes one function. Registers are `%v<position of the uop>`; helper values get a suffix (`%v12.a`)."""
+  """Writes one function. Registers are `%v<position of the uop>`; helper values get a numbered suffix (`%v12.3`)."""
 
   def __init__(self, name: str, uops: list[UOp], libmvec_widths: dict[int, str]):
     self.name, self.uops, self.libmvec_widths = name, uops, libmvec_widths
