@@ -82,6 +82,13 @@ class CRenderer:
     if dt == dtypes.int32 and value == dtypes.min(dtypes.int32): return "(-2147483647-1)"
     return str(int(value))
 
+  def render_alu(self, u: UOp, src: list[str]) -> str:
+    """An ALU op on the rendered operands `src`."""
+    expr = self.code_for_op[u.op](*src, u.src[0].dtype if u.op in GroupOp.Comparison else u.dtype)
+    # C computes char/short arithmetic in int: wrap the result back to its width at once
+    if u.dtype in SMALL_INTS and u.op not in GroupOp.Comparison: expr = self.render_cast(expr, u.dtype)
+    return expr
+
   def render_cast(self, x: str, dt: DType, from_dt: DType | None = None) -> str: return f"(({self.type_name(dt)})({x}))"
 
   def render_bitcast(self, x: str, from_dt: DType, to_dt: DType) -> str:
@@ -170,10 +177,7 @@ class CRenderer:
         elif u.op is Ops.NEG and u.dtype.count > 1 and u.dtype.scalar() == dtypes.bool: expr = f"(~{src[0]})"   # masks are -1/0
         elif u.op in (Ops.MAX, Ops.WHERE) and u.dtype.count > 1: expr = self.render_vector_select(u, src)
         elif u.op in VECTOR_MATH and u.dtype.count > 1: expr = f"{VECTOR_MATH[u.op]}_v{u.dtype.count}({src[0]})"
-        elif u.op in GroupOp.ALU:
-          expr = self.code_for_op[u.op](*src, u.src[0].dtype if u.op in GroupOp.Comparison else u.dtype)
-          # C computes char/short arithmetic in int: wrap the result back to its width at once
-          if u.dtype in SMALL_INTS and u.op not in GroupOp.Comparison: expr = self.render_cast(expr, u.dtype)
+        elif u.op in GroupOp.ALU: expr = self.render_alu(u, src)
         else: raise NotImplementedError(f"{type(self).__name__} can't render {u.op}")
         nesting[u] = 1 + max((nesting.get(s, 0) for s in u.src), default=0)
         # short index expressions are inlined wherever used (`data1[gidx0*4+1]` reads well); anything else used

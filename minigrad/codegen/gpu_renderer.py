@@ -56,6 +56,19 @@ class GPURenderer(CRenderer):
     if dt == dtypes.float16: return f"(({self.type_name(dt)}){half_bits(value):#06x})"
     return super().render_const(value, dt)
 
+  def render_alu(self, u: UOp, src: list[str]) -> str:
+    """Signed int32/int64 arithmetic that may overflow (by the operands' value bounds) goes through the unsigned type,
+    which wraps by definition: the CPU's -fwrapv has no OpenCL/NVRTC flag, and their compilers exploit signed
+    overflow (`x+1 > x` becomes true). Index math stays as written: its bounds fit."""
+    if u.dtype in WRAPPED and u.op in (Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL) and _may_overflow(u):
+      unsigned = self.type_name(WRAPPED[u.dtype])
+      a = f"(({unsigned}){src[0]})"
+      if u.op is Ops.NEG: wrapped = f"(({unsigned})0-{a})"
+      elif u.op is Ops.SHL: wrapped = f"({a}<<{src[1]})"
+      else: wrapped = self.code_for_op[u.op](a, f"(({unsigned}){src[1]})", WRAPPED[u.dtype])
+      return self.render_cast(wrapped, u.dtype)
+    return super().render_alu(u, src)
+
   def render_cast(self, x: str, dt: DType, from_dt: DType | None = None) -> str:
     if from_dt == dtypes.float16:
       x, from_dt = f"{HALF_TO_FLOAT}({x})", dtypes.float32
@@ -74,6 +87,20 @@ class GPURenderer(CRenderer):
               for g in globals_]
     params += [f"const int {v.arg[0]}" for v in variables]
     return f"{self.kernel_prefix}void {name}({', '.join(params)})"
+
+
+WRAPPED = {dtypes.int32: dtypes.uint32, dtypes.int64: dtypes.uint64}   # signed type -> the unsigned type its math wraps in
+
+
+def _may_overflow(u: UOp) -> bool:
+  """Can the signed result of `u` leave its dtype's range, judging by its operands' value bounds?"""
+  lo, hi = dtypes.min(u.dtype), dtypes.max(u.dtype)
+  bounds = [(s.vmin, s.vmax) for s in u.src]
+  if u.op is Ops.NEG: return bounds[0][0] == lo
+  if u.op is Ops.SHL: return bounds[0][0] < 0 or bounds[0][1] << max(bounds[1][1], 0) > hi
+  (a_lo, a_hi), (b_lo, b_hi) = bounds
+  results = [a_lo + b_lo, a_hi + b_hi] if u.op is Ops.ADD else [a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi]
+  return min(results) < lo or max(results) > hi
 
 
 def half_bits(value: float) -> int:
