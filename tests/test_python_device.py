@@ -198,6 +198,13 @@ def test_fused_multiply_add_rounds_once(npdt):
     assert abs(Fraction(float(got[i])) - exact) == best, (a[i], b[i], c[i])
 
 
+def test_fused_multiply_add_of_a_float32_halfway_product():
+  a, b = np.float32(2**23 + 1), np.float32(3)   # a * b = 3 * 2**23 + 3 lies halfway between two float32
+  assert fma(a, b, np.float32(-2.0**-30), np.dtype(np.float32)) == np.float32(3 * 2**23 + 2)   # the tiny c decides
+  assert fma(a, b, np.float32(2.0**-30), np.dtype(np.float32)) == np.float32(3 * 2**23 + 4)
+  assert fma(np.float32(2.0**-70), np.float32(2.0**-70), np.float32(0), np.dtype(np.float32)) == np.float32(2.0**-140)   # subnormal
+
+
 def test_fmod_is_exact_thanks_to_fused_multiply_add():
   x, y = floats(500).astype(np.float64) * 10, floats(500).astype(np.float64) + 3
   np.testing.assert_array_equal(on("PYTHON", x).fmod(on("PYTHON", y)).numpy(), np.fmod(x, y))

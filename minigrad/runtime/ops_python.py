@@ -71,21 +71,30 @@ NO_THREAD = -1
 
 
 class _Memory:
-  """One global buffer or one local array (`rows` workgroups x `row_size` elements, flattened), with the race
-  bookkeeping of its elements: the lowest and highest thread that wrote / read each one since the last barrier."""
+  """One global buffer, or one local array (a row of `row_size` elements per workgroup, rows one after another), with
+  the race bookkeeping of its elements when `tracked`: the lowest and highest thread that wrote (read) each one since
+  the last barrier, kept from the first store (load) on. Untouched elements hold (`none`, NO_THREAD)."""
 
   def __init__(self, name: str, data: np.ndarray, row_size: int, tracked: bool, local: bool, threads: int):
     self.name, self.data, self.row_size, self.tracked, self.local = name, data, row_size, tracked, local
     self.written_ever = np.zeros(len(data), dtype=bool) if local else None
-    self.none = threads   # the "no thread" value of the *_low arrays (above every thread id)
-    if tracked:
-      self.writer_low, self.writer_high = np.full(len(data), threads, np.int64), np.full(len(data), NO_THREAD, np.int64)
-      self.reader_low, self.reader_high = np.full(len(data), threads, np.int64), np.full(len(data), NO_THREAD, np.int64)
+    self.none = threads   # above every thread id, so np.minimum keeps the real ones
+    self.writers: tuple[np.ndarray, np.ndarray] | None = None
+    self.readers: tuple[np.ndarray, np.ndarray] | None = None
 
-  def barrier(self) -> None:
-    self.writer_low.fill(self.none); self.writer_high.fill(NO_THREAD)
-    self.reader_low.fill(self.none); self.reader_high.fill(NO_THREAD)
+  def _fresh(self) -> tuple[np.ndarray, np.ndarray]:
+    return np.full(len(self.data), self.none, np.int64), np.full(len(self.data), NO_THREAD, np.int64)
 
+  def note(self, kind: str, threads: np.ndarray, addresses: np.ndarray, unique: bool) -> None:
+    """Record that `threads` wrote (kind "writers") or read ("readers") `addresses`."""
+    if getattr(self, kind) is None: setattr(self, kind, self._fresh())
+    low, high = getattr(self, kind)
+    if unique: low[addresses] = high[addresses] = threads
+    else:
+      np.minimum.at(low, addresses, threads)
+      np.maximum.at(high, addresses, threads)
+
+  def barrier(self) -> None: self.writers = self.readers = None
 
 class _Launch:
   """The state of one launch: thread ids, values of the uops, memories."""
@@ -107,10 +116,9 @@ class _Launch:
       raise TypeError(f"kernel {program.name} takes {len(program.variables)} int values {program.variables}, got {len(vals)}")
     self.buffers = dict(zip(program.global_args, buffers))
     self.vals = dict(zip(program.variables, vals))
-    stored_memory = {id(self.buffers[arg]) for arg in program.stored_args}
+    self.stored_memory = {id(self.buffers[arg]) for arg in program.stored_args}   # tracked for races, aliases included
     self.memories: dict[tuple[int, DType], _Memory] = {}
     self.local_memories: list[_Memory] = []
-    self.tracked = stored_memory
 
   # ---- ids and thread descriptions ----
   def special(self, name: str, size: int) -> np.ndarray:
@@ -135,7 +143,7 @@ class _Launch:
     if key not in self.memories:
       npdt = numpy_dtype(dtype)
       if len(raw) % npdt.itemsize: raise TypeError(f"kernel {self.program.name}: data{arg} holds {len(raw)} bytes, not a whole number of {dtype.name}")
-      self.memories[key] = _Memory(f"data{arg}", raw.view(npdt), len(raw) // npdt.itemsize, id(raw) in self.tracked, False, self.threads)
+      self.memories[key] = _Memory(f"data{arg}", raw.view(npdt), len(raw) // npdt.itemsize, id(raw) in self.stored_memory, False, self.threads)
     return self.memories[key]
 
   def local_memory(self, name: str, dtype: DType, size: int) -> _Memory:
@@ -159,16 +167,17 @@ class _Launch:
       self.fail(position, f"indexes {memory.name} at {int(elements[bad].min())}..{int(elements[bad].max())} but it has {where} "
                           f"(first: {self.describe_thread(thread)} at index {int(elements[bad[0]])})")
     threads = self.thread_id if active is None else active
-    addresses = self.workgroup[threads] * memory.row_size + elements if memory.local else elements.astype(np.int64)
+    addresses = self.workgroup[threads] * memory.row_size + elements if memory.local else elements
     return active, threads, addresses
 
   def fail(self, position: int, message: str) -> None:
     op = self.program.instructions[position].op.name
     raise KernelCheckError(f"kernel {self.program.name}: {op} %{position} {message}")
 
-  def _race(self, position: int, memory: _Memory, threads: np.ndarray, addresses: np.ndarray, low: np.ndarray, high: np.ndarray,
-            what: str) -> None:
-    """Fail if an address was touched (low/high: the thread range that did) by a thread other than the accessing one."""
+  def _race(self, position: int, memory: _Memory, threads: np.ndarray, addresses: np.ndarray, kind: str, what: str) -> None:
+    """Fail if an address was written (kind "writers") or read ("readers") by a thread other than the accessing one."""
+    if (bookkeeping := getattr(memory, kind)) is None: return
+    low, high = bookkeeping
     other = (high[addresses] != NO_THREAD) & ((low[addresses] != threads) | (high[addresses] != threads))
     if other.any():
       first = int(np.flatnonzero(other)[0])
@@ -192,9 +201,8 @@ class _Launch:
         self.fail(position, f"reads {memory.name}[{int(addresses[first]) % memory.row_size}] before any thread of the workgroup wrote it "
                             f"({self.describe_thread(int(threads[first]))})")
     if memory.tracked:
-      self._race(position, memory, threads, addresses, memory.writer_low, memory.writer_high, "reads what was written by")
-      np.minimum.at(memory.reader_low, addresses, threads)
-      np.maximum.at(memory.reader_high, addresses, threads)
+      self._race(position, memory, threads, addresses, "writers", "reads what was written by")
+      memory.note("readers", threads, addresses, unique=False)
     if active is None: return memory.data[addresses]
     out = np.zeros(self.threads, dtype=dtype)
     out[active] = memory.data[addresses]
@@ -208,12 +216,9 @@ class _Launch:
     duplicated = len(addresses) > 1 and np.bincount(addresses, minlength=1).max() > 1
     if duplicated: self._check_same_values(position, memory, threads, addresses, values)
     if memory.tracked:
-      self._race(position, memory, threads, addresses, memory.reader_low, memory.reader_high, "overwrites what was read by")
-      self._race(position, memory, threads, addresses, memory.writer_low, memory.writer_high, "overwrites what was written by")
-      if duplicated:
-        np.minimum.at(memory.writer_low, addresses, threads)
-        np.maximum.at(memory.writer_high, addresses, threads)
-      else: memory.writer_low[addresses] = memory.writer_high[addresses] = threads
+      self._race(position, memory, threads, addresses, "readers", "overwrites what was read by")
+      self._race(position, memory, threads, addresses, "writers", "overwrites what was written by")
+      memory.note("writers", threads, addresses, unique=not duplicated)
     if memory.local: memory.written_ever[addresses] = True
     memory.data[addresses] = values
 

@@ -113,8 +113,19 @@ def _split(a: Any) -> tuple[Any, Any]:
 def fma(a: Any, b: Any, c: Any, npdt: np.dtype) -> Any:
   """a * b + c rounded once to float32 or float64."""
   a, b, c = (np.asarray(x, dtype=np.float64) for x in (a, b, c))
-  if npdt == np.float32:   # the product of two float32 is exact in float64
-    return np.where(np.isfinite(a * b), _round_to_odd_sum(a * b, c), a * b + c).astype(np.float32)
+  if npdt == np.float32:   # the product of two float32 is exact in float64, so only the sum rounds before float32
+    product = a * b
+    total = product + c
+    # rounding twice differs from rounding once only when the float64 sum lands exactly halfway between two float32
+    # (the low 29 of its 52 mantissa bits are 1000...0) or in float32's subnormal range; else one rounding is enough
+    halfway = (np.asarray(total).view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)
+    suspicious = halfway | ((np.abs(total) < 2.0 ** -126) & (total != 0))
+    if not suspicious.any(): return total.astype(np.float32)
+    if np.ndim(total) == 0: return np.where(np.isfinite(product), _round_to_odd_sum(product, c), total).astype(np.float32)
+    which = np.flatnonzero(suspicious)   # redo just these, rounding the sum to odd
+    product, c, total = np.broadcast_to(product, total.shape)[which], np.broadcast_to(c, total.shape)[which], total.copy()
+    total[which] = np.where(np.isfinite(product), _round_to_odd_sum(product, c), total[which])
+    return total.astype(np.float32)
   product = a * b
   a_high, a_low = _split(a)
   b_high, b_low = _split(b)
