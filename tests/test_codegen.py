@@ -172,3 +172,20 @@ def test_index_digits_simplify(build, expected):
   assert build(g, l, y, k).simplify() is expected(g, l, y, k).simplify()
   for values in [(0, 0, 0, 0), (63, 15, 31, 2), (5, 9, 30, 1), (40, 3, 2, 2)]:   # the same numbers as Python ints give
     assert build(g, l, y, k).simplify().evaluate(dict(zip("glyk", values))) == build(*values)
+
+
+def test_simd_exp2_is_accurate_over_the_whole_float_range():
+  x = np.concatenate([np.linspace(-160, 140, 20001), [np.inf, -np.inf, np.nan, 0, -0.0, 127.5, 128, -126.2, -149, -149.5, -151, 1e-30]])
+  x = x.astype(np.float32)
+  t = Tensor(x).exp2()
+  (item,) = t.schedule()
+  source = get_kernel(item.ast, "CPU").source
+  assert "exp2f_v16(" in source and "_mm512_scalef_ps" in source   # inline on AVX-512, no libm call
+  out, exact = t.numpy(), np.exp2(x.astype(np.float64))
+  with np.errstate(over="ignore"): nearest = exact.astype(np.float32)
+  normal = (exact > 1.2e-38) & (exact < 3.4e38)
+  assert (np.abs(out[normal] - exact[normal]) / np.spacing(nearest[normal])).max() <= 1.5
+  tiny = exact <= 1.2e-38   # subnormal results: within one step of the smallest subnormal
+  assert np.abs(out[tiny] - exact[tiny]).max() <= 1.5e-45
+  special = ~(normal | tiny)
+  np.testing.assert_array_equal(out[special], nearest[special])   # inf, nan, overflow

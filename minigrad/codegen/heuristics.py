@@ -19,7 +19,8 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
   4. loop order, in a matrix product: the output dim the biggest per-tile input doesn't depend on runs
      innermost, so that input stays in cache while the tiles sweep along it (a matmul's packed column panel,
      see minigrad.schedule.packing).
-  5. row reductions (no lanes on the output): lanes from a contiguous reduce dim, summed across at the end.
+  5. row reductions (no lanes on the output): lanes from a contiguous reduce dim, summed across at the end;
+     4 vectors per loop trip, so a max (a compare and a blend per vector) isn't waiting on the previous one.
 """
 from __future__ import annotations
 import copy
@@ -37,6 +38,7 @@ LANES = tuple(sorted(VECTOR_WIDTHS, reverse=True))
 TILE_ROWS = (1, 2, 4, 8)   # register tile rows tried
 MAX_ACCUMULATORS = 16      # of the 32 vector registers, half hold accumulators
 MAX_UNROLLED_REDUCE = 4    # reduce dims up to this size are unrolled whole
+ROW_UNROLL = 4             # vectors per loop trip in a row reduction: a shorter chain through the accumulator
 
 
 @functools.lru_cache(maxsize=4096)
@@ -95,12 +97,14 @@ def hand_coded_optimizations(k: Kernel) -> None:
     k.apply_opt(Opt("UPCAST", globals_.index(axis), width))
     if has_reduce: _register_tile(k, lane_remainder=axis if size > width else None)   # the rest of the split dim stays at `axis`
     return
-  # 5. row reductions: lanes from a contiguous reduce dim, summed across at the end
+  # 5. row reductions: lanes from a contiguous reduce dim, summed across at the end; 4 vectors per loop trip
   reduces = k.axes_of("reduce")
   for axis in reversed(reduces):
     width = next((w for w in widths if _lanes_fit(k, Opt("UNROLL", reduces.index(axis), w))), None)
     if width is not None:
       k.apply_opt(Opt("UNROLL", reduces.index(axis), width))
+      if axis in k.axes_of("reduce") and k.full_shape[axis] % ROW_UNROLL == 0 and k.full_shape[axis] >= 2 * ROW_UNROLL:
+        k.apply_opt(Opt("UNROLL", k.axes_of("reduce").index(axis), ROW_UNROLL))
       return
 
 
