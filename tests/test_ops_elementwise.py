@@ -57,20 +57,23 @@ def assert_matches(got: np.ndarray, expected: np.ndarray, dtype: str, max_ulp: f
 
 # ---------------------------------------------------------------- forward, every float dtype
 
-UNARY = {   # name: (minigrad, torch, input domain, max ulp (float32/64), absolute slack where torch itself cancels)
+# name: (minigrad, torch, input domain, max ulp (float32/64), absolute slack where torch itself cancels). A composite
+# of libm calls (tan = sin/cos, softplus = log1p(exp)) gets 3 ulp: each call is within 1 ulp in glibc and in OpenCL's
+# builtins, but not at the same inputs
+UNARY = {
   "exp": (Tensor.exp, torch.exp, None, 1, 0), "exp2": (Tensor.exp2, torch.exp2, None, 1, 0),
   "expm1": (Tensor.expm1, torch.expm1, None, 3, 0), "log": (Tensor.log, torch.log, "positive", 1, 0),
   "log2": (Tensor.log2, torch.log2, "positive", 1, 0), "log10": (Tensor.log10, torch.log10, "positive", 2, 0),
   "log1p": (Tensor.log1p, torch.log1p, "positive", 2, 0), "sqrt": (Tensor.sqrt, torch.sqrt, "positive", 1, 0),
   "rsqrt": (Tensor.rsqrt, torch.rsqrt, "positive", 1, 0), "reciprocal": (Tensor.reciprocal, torch.reciprocal, None, 0, 0),
-  "sin": (Tensor.sin, torch.sin, None, 1, 0), "cos": (Tensor.cos, torch.cos, None, 2, 0), "tan": (Tensor.tan, torch.tan, None, 2, 0),
+  "sin": (Tensor.sin, torch.sin, None, 1, 0), "cos": (Tensor.cos, torch.cos, None, 2, 0), "tan": (Tensor.tan, torch.tan, None, 3, 0),
   "tanh": (Tensor.tanh, torch.tanh, None, 4, 0), "sigmoid": (Tensor.sigmoid, torch.sigmoid, None, 2, 0),
   "erf": (Tensor.erf, torch.erf, None, 2, 0), "abs": (Tensor.abs, torch.abs, None, 0, 0), "neg": (Tensor.__neg__, torch.neg, None, 0, 0),
   "sign": (Tensor.sign, torch.sign, None, 0, 0), "floor": (Tensor.floor, torch.floor, None, 0, 0), "ceil": (Tensor.ceil, torch.ceil, None, 0, 0),
   "trunc": (Tensor.trunc, torch.trunc, None, 0, 0), "round": (Tensor.round, torch.round, None, 0, 0),
   "relu": (Tensor.relu, torch.relu, None, 0, 0), "relu6": (Tensor.relu6, TF.relu6, None, 0, 0),
   "hardsigmoid": (Tensor.hardsigmoid, TF.hardsigmoid, None, 1, 0), "hardswish": (Tensor.hardswish, TF.hardswish, None, 1, 0),
-  "silu": (Tensor.silu, TF.silu, None, 3, 0), "softplus": (Tensor.softplus, TF.softplus, None, 2, 0),
+  "silu": (Tensor.silu, TF.silu, None, 3, 0), "softplus": (Tensor.softplus, TF.softplus, None, 3, 0),
   "mish": (Tensor.mish, TF.mish, None, 4, 0), "elu": (Tensor.elu, TF.elu, None, 3, 0), "selu": (Tensor.selu, TF.selu, None, 3, 0),
   "celu": (lambda t: t.celu(0.7), lambda p: TF.celu(p, 0.7), None, 3, 0),
   "leaky_relu": (lambda t: t.leaky_relu(0.2), lambda p: TF.leaky_relu(p, 0.2), None, 0, 0),
