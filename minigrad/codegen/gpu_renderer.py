@@ -97,7 +97,7 @@ def _may_overflow(u: UOp) -> bool:
   lo, hi = dtypes.min(u.dtype), dtypes.max(u.dtype)
   bounds = [(s.vmin, s.vmax) for s in u.src]
   if u.op is Ops.NEG: return bounds[0][0] == lo
-  if u.op is Ops.SHL: return bounds[0][0] < 0 or bounds[0][1] << max(bounds[1][1], 0) > hi
+  if u.op is Ops.SHL: return bounds[0][0] < 0 or bounds[1][1] >= 8 * u.dtype.itemsize or bounds[0][1] << max(bounds[1][1], 0) > hi
   (a_lo, a_hi), (b_lo, b_hi) = bounds
   results = [a_lo + b_lo, a_hi + b_hi] if u.op is Ops.ADD else [a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi]
   return min(results) < lo or max(results) > hi
