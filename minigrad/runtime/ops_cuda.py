@@ -63,7 +63,11 @@ class NVRTCCompiler(Compiler):
     super().__init__(f"nvrtc {major}.{minor} {' '.join(self.options)}")
 
   def compile(self, src: str) -> bytes:
-    options = self.options + [f"-I{d}" for d in (_nvrtc_header_dirs() if "#include <cuda_fp16.h>" in src else [])]
+    headers = _nvrtc_header_dirs() if "#include <cuda_fp16.h>" in src else []
+    if "#include <cuda_fp16.h>" in src and not headers:
+      raise CompileError("cuda_fp16.h not found: NVRTC 13+ bundles it (pip install -e '.[cuda]'), or set CUDA_HOME to a CUDA toolkit\n"
+                         f"--- source ---\n{numbered_source(src)}")
+    options = self.options + [f"-I{d}" for d in headers]
     program = _nvrtc_check(nvrtc.nvrtcCreateProgram(src.encode(), b"kernel.cu", 0, [], []), "create program")
     try:
       status, = nvrtc.nvrtcCompileProgram(program, len(options), [o.encode() for o in options])
@@ -90,6 +94,10 @@ _compile_only_compiler: NVRTCCompiler | None = None
 
 def render_for_cuda(ast: Any) -> str:
   """The CUDA source of the kernel AST `ast`: a GPU-shaped Kernel with the hand-coded GPU choices (none with NOOPT=1)."""
+  return _render_for_cuda(ast)[1]
+
+
+def _render_for_cuda(ast: Any) -> tuple[str, str]:
   from minigrad.codegen.kernel import Kernel
   from minigrad.codegen.heuristics import hand_coded_optimizations
   from minigrad.codegen.lowerer import lower
@@ -97,7 +105,7 @@ def render_for_cuda(ast: Any) -> str:
   from minigrad.codegen.cuda_renderer import CUDARenderer
   kernel = Kernel(ast, has_local=True)
   if not NOOPT: hand_coded_optimizations(kernel)
-  return CUDARenderer().render(kernel.name, linearize(lower(kernel, threaded=False, vector_lanes=False, gpu=True)))
+  return kernel.name, CUDARenderer().render(kernel.name, linearize(lower(kernel, threaded=False, vector_lanes=False, gpu=True)))
 
 
 def compile_only(ast: Any) -> None:
@@ -105,12 +113,12 @@ def compile_only(ast: Any) -> None:
   CompileError if NVRTC rejects it."""
   global compile_only_count, _compile_only_compiler
   if ast in _compile_only_seen: return
-  source = render_for_cuda(ast)
+  name, source = _render_for_cuda(ast)
   if _compile_only_compiler is None: _compile_only_compiler = NVRTCCompiler(COMPILE_ONLY_ARCH)
   _compile_only_compiler.compile_cached(source)
   _compile_only_seen.add(ast)
   compile_only_count += 1
-  if DEBUG >= 2: print(f"CUDA compile-only: {source[source.index('void ') + 5:source.index('(', source.index('void '))]} compiled for {COMPILE_ONLY_ARCH}")
+  if DEBUG >= 2: print(f"CUDA compile-only: {name} compiled for {COMPILE_ONLY_ARCH}")
 
 
 # ---------------------------------------------------------------- the driver API
