@@ -62,8 +62,9 @@ def parse_dtype(text: str) -> DType:
   return SCALAR_DTYPES[text]
 
 
-def _arg_from_json(value: Any) -> Any:
-  return tuple(_arg_from_json(v) for v in value) if isinstance(value, list) else value
+def arg_from_json(value: Any) -> Any:
+  """A uop arg as JSON gave it back: lists become the tuples they were."""
+  return tuple(arg_from_json(v) for v in value) if isinstance(value, list) else value
 
 
 class PythonRenderer:
@@ -109,7 +110,7 @@ def parse_program(text: str) -> list[Instruction]:
     if any(s >= len(program) for s in srcs): raise fail("a source is not defined before its use")
     fewest, most = SOURCE_COUNTS[op]
     if not fewest <= len(srcs) <= most: raise fail(f"{op.name} takes {fewest}..{most} sources, got {len(srcs)}")
-    try: arg = _arg_from_json(json.loads(match[5])) if match[5] else None
+    try: arg = arg_from_json(json.loads(match[5])) if match[5] else None
     except json.JSONDecodeError as e: raise fail(f"bad arg: {e}") from None
     if op in (Ops.LOAD, Ops.STORE) and program[srcs[0]].op is not Ops.INDEX: raise fail(f"{op.name} needs an INDEX as its first source")
     if op is Ops.INDEX and program[srcs[0]].op not in (Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL): raise fail("INDEX needs a buffer as its first source")

@@ -10,7 +10,8 @@ launch (thread t is thread t % L of workgroup t // L, with L threads per workgro
 the same for every thread (constants, loop counters). RANGE loops are uniform, so they run as Python loops; gated
 loads and stores are masks; local memory holds one row per workgroup; a BARRIER is a point every thread reaches
 together. The numbers follow the C renderer's table (minigrad/codegen/c_renderer.py); the ALU semantics are in
-minigrad/runtime/python_alu.py.
+minigrad/runtime/python_alu.py. A float ADD of a MUL rounds once, as a fused multiply-add, where the C compilers
+contract it (`fused_multiply_adds`): the CPU device's numbers (and torch's exact fmod) depend on it.
 
 The interpreter refuses (KernelCheckError, naming the kernel, the uop, the buffer, the indices and a thread) what
 a GPU would do silently wrong:
@@ -29,7 +30,7 @@ import time
 import numpy as np
 from minigrad.dtype import DType, PtrDType, dtypes
 from minigrad.uop.ops import Ops, GroupOp
-from minigrad.codegen.python_renderer import Instruction, ProgramError, PythonRenderer, dtype_text, parse_dtype, parse_program
+from minigrad.codegen.python_renderer import Instruction, ProgramError, PythonRenderer, arg_from_json, dtype_text, parse_dtype, parse_program
 from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source
 from minigrad.runtime.python_alu import alu_function, cast_function, bitcast_function, fma, numpy_dtype, scalar_of
 
@@ -61,8 +62,8 @@ class PythonCompiler(Compiler):
 
 
 def decode_program(binary: bytes) -> list[Instruction]:
-  def as_tuple(value: Any) -> Any: return tuple(as_tuple(v) for v in value) if isinstance(value, list) else value
-  return [Instruction(Ops[op], parse_dtype(dt), tuple(srcs), as_tuple(arg)) for op, dt, srcs, arg in json.loads(binary)]
+  """The instructions a PythonCompiler binary holds."""
+  return [Instruction(Ops[op], parse_dtype(dt), tuple(srcs), arg_from_json(arg)) for op, dt, srcs, arg in json.loads(binary)]
 
 
 # ---------------------------------------------------------------- memory and its checks
