@@ -102,12 +102,28 @@ def test_two_reduces_in_sequence():
   assert out.item() == pytest.approx(xn.sum(1).max(), rel=1e-5)
 
 
-def test_reduce_of_expanded_reduce_is_separate():
+def test_reduce_broadcast_back_along_its_axis_fuses_on_cpu():
   xn = fresh(8, 8)
   x = Tensor(xn)
-  out = (x - x.mean(1, keepdim=True)).square().sum(1)   # variance-like: mean seen through an expand
-  assert count_kernels(out) == 2
+  out = (x - x.mean(1, keepdim=True)).square().sum(1)   # variance-like: the mean is broadcast back along its row
+  assert count_kernels(out) == (1 if out.device in ("CPU", "LLVM") else 2)   # CPU: the mean is a side reduce, once per row
   np.testing.assert_allclose(out.numpy(), ((xn - xn.mean(1, keepdims=True)) ** 2).sum(1), rtol=1e-4)
+
+
+@pytest.mark.parametrize("build, kernels", [
+  (lambda x: x / x.sum(), 2),                           # a full reduce would be redone for every row: its own kernel
+  (lambda x: x / x.sum(0, keepdim=True), 2),            # along the outer dim: not once per outer loop trip
+  (lambda x: x.softmax(-1), 1),                         # row max and row sum inside the output kernel
+  (lambda x: x.log_softmax(-1), 1),
+  (lambda x: x.sum(1) * x.square().sum(1), 1),          # two row reduces side by side
+  (lambda x: (x.softmax(-1) * x).sum(1), 1),            # row max and row sum nested in a reduce
+])
+def test_side_reduces(build, kernels):
+  xn = fresh(16, 32)
+  out = build(Tensor(xn))
+  if out.device in ("CPU", "LLVM"): assert count_kernels(out) == kernels
+  torch = pytest.importorskip("torch")
+  np.testing.assert_allclose(out.numpy(), build(torch.from_numpy(xn)).numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_pad_of_elementwise_keeps_zeros():

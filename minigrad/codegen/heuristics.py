@@ -21,6 +21,8 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
      see minigrad.schedule.packing).
   5. row reductions (no lanes on the output): lanes from a contiguous reduce dim, summed across at the end;
      4 vectors per loop trip, so a max (a compare and a blend per vector) isn't waiting on the previous one.
+  6. kernels with several reduces (see minigrad.schedule.scheduler.KernelPlan): lanes of one width on the
+     output's contiguous dim and on every contiguous reduce dim.
 """
 from __future__ import annotations
 import copy
@@ -88,6 +90,7 @@ def hand_coded_optimizations(k: Kernel) -> None:
   out_strides = index_strides(k.output_st)
   globals_ = k.axes_of("global")
   has_reduce = bool(k.axes_of("reduce"))
+  if sum(1 for n in k.ast.toposort if n.op is Ops.REDUCE_AXIS) > 1: return _fused_reduces(k, widths, out_strides)
   # 1. lanes on the output's contiguous dim
   for axis in reversed(globals_):
     if out_strides[axis] != 1: continue
@@ -106,6 +109,22 @@ def hand_coded_optimizations(k: Kernel) -> None:
       if axis in k.axes_of("reduce") and k.full_shape[axis] % ROW_UNROLL == 0 and k.full_shape[axis] >= 2 * ROW_UNROLL:
         k.apply_opt(Opt("UNROLL", k.axes_of("reduce").index(axis), ROW_UNROLL))
       return
+
+
+def _fused_reduces(k: Kernel, widths: list[int], out_strides: tuple[int | None, ...]) -> None:
+  """6. a kernel with several reduces (a fused softmax: row max, row sum, output): the output's contiguous dim and
+  every contiguous reduce dim get lanes of one width (they share one vector range), reduce dims 4 vectors per
+  loop trip. No register tile and no loop reordering: the reduces are computed once per outer loop trip."""
+  candidates = [("UPCAST", a) for a in reversed(k.axes_of("global")) if out_strides[a] == 1][:1] + [("REDUCE", a) for a in k.axes_of("reduce")]
+  width = next((w for w in widths if all(k.full_shape[a] % w == 0 for _, a in candidates)), None)
+  if width is None: return
+  for kind, axis in reversed(candidates):   # highest dims first: splitting one doesn't move the others
+    group = k.axes_of("global" if kind == "UPCAST" else "reduce")
+    opt = Opt("UPCAST" if kind == "UPCAST" else "UNROLL", group.index(axis), width)
+    if not _lanes_fit(k, opt): continue
+    k.apply_opt(opt)
+    if kind == "REDUCE" and axis in k.axes_of("reduce") and k.full_shape[axis] % ROW_UNROLL == 0 and k.full_shape[axis] >= 2 * ROW_UNROLL:
+      k.apply_opt(Opt("UNROLL", k.axes_of("reduce").index(axis), ROW_UNROLL))
 
 
 def _register_tile(k: Kernel, lane_remainder: int | None) -> None:

@@ -108,10 +108,16 @@ class _Emitter:
 
 
 def linearize(sink: UOp) -> list[UOp]:
-  """Flatten lowered code: the global (output) loops open first, outermost first."""
+  """Flatten lowered code: the global (output) loops open first, outermost first. A reduce that doesn't depend on
+  the inner global loops is computed before they open (a softmax's row sum: once per row, not per element)."""
   emitter = _Emitter(sink)
   global_ranges = sorted((u for u in emitter.inside[sink] if u.arg[1] == "global"), key=lambda u: u.arg[0])
-  for rng in global_ranges: emitter.emit_range(rng)
+  opened: set[UOp] = set()
+  for rng in global_ranges:
+    emitter.emit_range(rng)
+    opened.add(rng)
+    for reduce in emitter.reduces:
+      if reduce not in emitter.emitted and emitter.inside[reduce] <= opened: emitter.emit(reduce)
   for store in sink.src: emitter.emit(store)
   for rng in reversed(global_ranges):
     emitter.out.append(UOp(Ops.ENDRANGE, dtypes.void, (emitter.emitted[rng],)))

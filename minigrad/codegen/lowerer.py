@@ -10,7 +10,7 @@ from typing import Callable
 import itertools
 from minigrad.dtype import dtypes
 from minigrad.helpers import prod
-from minigrad.uop.ops import UOp, Ops, GroupOp
+from minigrad.uop.ops import UOp, Ops, GroupOp, toposort
 from minigrad.uop.rewrite import graph_rewrite
 from minigrad.uop.symbolic import symbolic
 from minigrad.codegen.kernel import Kernel
@@ -70,36 +70,73 @@ def pick_lane_axis(k: Kernel) -> int | None:
   return max(reversed(candidates), key=score) if candidates else None
 
 
+def reduce_regions(k: Kernel) -> dict[UOp | None, list[UOp]]:
+  """The VIEWs each REDUCE_AXIS reads directly (not through a reduce nested in it), and under None those read
+  outside every reduce. A region's views have size 1 in the dims of the other regions' reduces, so a reduce
+  owns the reduce/unroll dims its views span."""
+  def direct_views(root: UOp) -> list[UOp]:
+    nodes = toposort([root], enter=lambda node: node is root or node.op is not Ops.REDUCE_AXIS)
+    return [s for n in nodes if n.op is not Ops.REDUCE_AXIS or n is root for s in n.src if s.op is Ops.VIEW]
+  regions: dict[UOp | None, list[UOp]] = {r: direct_views(r.src[0]) for r in k.ast.toposort if r.op is Ops.REDUCE_AXIS}
+  regions[None] = direct_views(k.ast)
+  return regions
+
+
+def pick_lane_axes(k: Kernel, regions: dict[UOp | None, list[UOp]]) -> list[int]:
+  """pick_lane_axis, plus dims of the same size in other regions (a fused softmax's row max, row sum and output
+  each get lanes): they share one vector range, so no region may span two of them."""
+  first = pick_lane_axis(k)
+  if first is None: return []
+  lanes = [first]
+  for axis in range(k.first_upcast, k.shape_len):
+    if axis in lanes or k.full_shape[axis] != k.full_shape[first]: continue
+    spans = [{a for a in lanes + [axis] if any(k.st_of(v).shape[a] > 1 for v in views)} for views in regions.values()]
+    if all(len(span) <= 1 for span in spans) and any(k.st_of(v).real_strides()[axis] == 1 for views in regions.values() for v in views):
+      lanes.append(axis)
+  return lanes
+
+
 def lower(k: Kernel, threaded: bool = False, vector_lanes: bool = True, gpu: bool = False) -> UOp:
   """Lower the kernel: loops for global/reduce dims (with `gpu`, workgroup/thread ids for global/local/group dims);
-  upcast/unroll dims are unrolled (one copy of the body per combination of their indices), except the innermost
-  one, which becomes a "vector" range that the vectorizer turns into SIMD lanes."""
+  upcast/unroll dims are unrolled (one copy of the body per combination of their indices), except the lane dims
+  (pick_lane_axes), which become one "vector" range that the vectorizer turns into SIMD lanes. Each reduce loops
+  over the reduce dims its own views span (a kernel can hold several reduces side by side or nested)."""
   loops = gpu_indices(k) if gpu else loop_ranges(k, threaded)
   upcast_axes = list(range(k.first_upcast, k.shape_len))
-  lane_axis = pick_lane_axis(k) if vector_lanes else None
-  unrolled = [a for a in upcast_axes if a != lane_axis]
-  lane = None if lane_axis is None else UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 0), UOp.const(dtypes.index, k.full_shape[lane_axis])),
-                                            (lane_axis, "vector"))
+  regions = reduce_regions(k)
+  lane_axes = pick_lane_axes(k, regions) if vector_lanes else []
+  unrolled = [a for a in upcast_axes if a not in lane_axes]
+  lane = None if not lane_axes else UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 0), UOp.const(dtypes.index, k.full_shape[lane_axes[0]])),
+                                        (lane_axes[0], "vector"))
   combos = list(itertools.product(*(range(k.full_shape[a]) for a in unrolled)))
-  reduce_loops = tuple(loops[a] for a in k.axes_of("reduce")) + \
-    ((lane,) if lane is not None and k.axis_kinds[lane_axis] == "unroll" else ())
-  unroll_positions = [i for i, a in enumerate(unrolled) if k.axis_kinds[a] == "unroll"]
+  # each reduce loops over the reduce dims (and the unrolled ones) its own views span
+  own_dims = {r: {a for a in range(k.first_reduce, k.shape_len) if k.axis_kinds[a] in ("reduce", "unroll", "group")
+                  and any(k.st_of(v).shape[a] > 1 for v in views)} for r, views in regions.items() if r is not None}
+  reduce_loops = {r: tuple(loops[a] for a in k.axes_of("reduce") if a in dims) + ((lane,) if any(a in dims for a in lane_axes) else ())
+                  for r, dims in own_dims.items()}
 
   def axis_index(axis: int, combo: tuple[int, ...]) -> UOp:
     if axis < k.first_upcast: return loops[axis]
-    if axis == lane_axis: return lane
+    if axis in lane_axes: return lane
     return UOp.const(dtypes.index, combo[unrolled.index(axis)])
+
+  index_cache: dict[tuple[UOp, tuple[int, ...]], tuple[UOp, UOp]] = {}
 
   def indexed(view: UOp, combo: tuple[int, ...]) -> tuple[UOp, UOp]:
     st = k.st_of(view)
-    # a dim the view has as 1 (e.g. the reduce dims of the output) is indexed by 0, not by its loop
-    return st.to_indexed_uops([UOp.const(dtypes.index, 0) if st.shape[i] == 1 else axis_index(i, combo) for i in range(len(st.shape))])
+    # a dim the view has as 1 (e.g. the reduce dims of the output) is indexed by 0, not by its loop: combos that
+    # differ only there give the same index
+    key = (view, tuple(value for value, axis in zip(combo, unrolled) if st.shape[axis] > 1))
+    if key not in index_cache:
+      index_cache[key] = st.to_indexed_uops([UOp.const(dtypes.index, 0) if st.shape[i] == 1 else axis_index(i, combo) for i in range(len(st.shape))])
+    return index_cache[key]
 
-  def unroll_variants(combo: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """combo with its unrolled reduce dims taking every value: the copies one accumulator sums."""
+  def unroll_variants(reduce: UOp, combo: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """combo with the reduce's unrolled dims taking every value: the copies one accumulator sums."""
     variants = [combo]
-    for pos in unroll_positions:
-      variants = [v[:pos] + (value,) + v[pos + 1:] for v in variants for value in range(k.full_shape[unrolled[pos]])]
+    for pos, axis in enumerate(unrolled):
+      if k.axis_kinds[axis] != "unroll" or axis not in own_dims[reduce]: continue
+      variants = [v[:pos] + (value,) + v[pos + 1:] for v in variants for value in range(k.full_shape[axis])]
     return variants
 
   lowering = _NodeLowering(k, loops, indexed, unroll_variants, reduce_loops)
@@ -112,7 +149,7 @@ def lower(k: Kernel, threaded: bool = False, vector_lanes: bool = True, gpu: boo
 class _NodeLowering:
   """Lowers AST nodes one (node, combination of unrolled indices) at a time into `built`."""
 
-  def __init__(self, k: Kernel, loops: list[UOp], indexed: Callable, unroll_variants: Callable, reduce_loops: tuple[UOp, ...]):
+  def __init__(self, k: Kernel, loops: list[UOp], indexed: Callable, unroll_variants: Callable, reduce_loops: dict[UOp, tuple[UOp, ...]]):
     self.k, self.loops, self.indexed, self.unroll_variants, self.reduce_loops = k, loops, indexed, unroll_variants, reduce_loops
     self.built: dict[tuple[UOp, tuple[int, ...]], UOp] = {}
     self.group_axes = k.axes_of("group")
@@ -142,11 +179,11 @@ class _NodeLowering:
       value = UOp.const(node.dtype, node.arg) if node.op is Ops.CONST else index.cast(node.dtype)
       return value if valid.op is Ops.CONST and valid.arg else valid.where(value, value.const_like(0))
     if node.op is Ops.REDUCE_AXIS:
-      op = node.arg[0]
-      values = [src(0, variant) for variant in self.unroll_variants(combo)]
+      op, loops = node.arg[0], self.reduce_loops[node]
+      values = [src(0, variant) for variant in self.unroll_variants(node, combo)]
       combined = values[0]
       for v in values[1:]: combined = combined.alu(op, v)
-      partial = UOp(Ops.REDUCE, node.dtype, (combined,) + self.reduce_loops, op) if self.reduce_loops else combined
+      partial = UOp(Ops.REDUCE, node.dtype, (combined,) + loops, op) if loops else combined
       return self._group_reduce(partial, op) if self.group_axes else partial
     if node.op in GroupOp.Elementwise: return node.replace(src=tuple(src(i) for i in range(len(node.src))))
     raise RuntimeError(f"lowerer doesn't know {node.op}")

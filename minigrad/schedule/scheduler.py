@@ -5,23 +5,27 @@ and for each requested UOp the buffer-backed UOp it becomes once the schedule ha
 
 Which nodes get their own buffer ("realized"):
   - what was asked for, CONTIGUOUS nodes,
-  - a reduce used by more than one consumer, or seen through a view other than a reshape (e.g. an expand:
-    softmax's max), or sitting below another reduce in the same kernel.
+  - a reduce used by more than one consumer, or fused into two kernels,
+  - a reduce seen through a view other than a reshape, unless (on CPU-like devices) the view only broadcasts its
+    result back along the axes it reduced, and the axes it keeps are the kernel's outermost loops: then it is a
+    side reduce of the consuming kernel (see KernelPlan), computed once per outer loop trip. softmax is one
+    kernel: row max, row sum and the output, `(x - x.mean(1, keepdim=True)).square().sum(1)` too.
 Everything else fuses: elementwise ops and movement ops (VIEWs) fold into the consumer's indexing, so
 `(x.T + 1)` is one kernel that reads x transposed and `(a @ b).relu() + bias` is one reduce kernel.
+Large matmul operands get a packed copy first (minigrad.schedule.packing).
 
 A kernel AST is SINK(STORE(DEFINE_GLOBAL 0, VIEW st_out, value)) where value is built from ALU/CAST ops,
 REDUCE_AXIS, LOAD(DEFINE_GLOBAL i, VIEW st), CONST(VIEW st), ARANGE(VIEW st) and VALID(VIEW st). Every ShapeTracker in one
-kernel has the same rank: loads under the reduce see the full shape, everything above sees it with the
-reduce axes set to 1.
+kernel has the same rank: loads under the main reduce see its full input shape, everything above sees it with
+the reduce axes set to 1; each side reduce has dims of its own after those, where only its loads have size > 1.
 """
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import weakref
 from minigrad.dtype import dtypes
 from minigrad.uop.ops import UOp, Ops, GroupOp, toposort
 from minigrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
-from minigrad.uop.shapetracker import ShapeTracker
+from minigrad.uop.shapetracker import ShapeTracker, View, row_major_strides
 from minigrad.schedule.packing import pack_operands
 
 
@@ -59,6 +63,28 @@ def _to_compute(target: UOp) -> UOp | None:
   return target
 
 
+@dataclass
+class KernelPlan:
+  """What one kernel fuses. `main`: a reduce seen through a plain reshape; the kernel's base shape is its input
+  shape (outputs see the reduced axes as 1). `sides`: reduces whose result is broadcast back along the axes they
+  reduced (a softmax's row max and row sum), each given its own loop dims after the base dims: side reduce ->
+  (the base dims its kept axes run along, its own extra dims). The base dims a side reduce depends on are the
+  outermost loops, so the linearizer computes it once per row, before the loops over the row open."""
+  main: UOp | None = None
+  sides: dict[UOp, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+  base_rank: int = 0
+
+  @property
+  def rank(self) -> int: return self.base_rank + sum(len(extra) for _, extra in self.sides.values())
+
+  @property
+  def reduces(self) -> list[UOp]: return ([self.main] if self.main is not None else []) + list(self.sides)
+
+
+# devices whose kernels are loops: a side reduce is hoisted out of the row's loops (GPU threads would each redo it)
+SIDE_REDUCE_DEVICES = ("CPU", "LLVM")
+
+
 class _Fusion:
   """Decides which nodes are realized, walking each kernel's graph with the view each node is seen through."""
   def __init__(self, roots: list[UOp]):
@@ -71,37 +97,92 @@ class _Fusion:
       if n.op is Ops.CONTIGUOUS or (n.op is Ops.REDUCE_AXIS and len(consumers.get(n, ())) > 1): self.realize[n] = None
     # walking a kernel can realize more nodes (new kernels to walk), and a reduce fused into two kernels
     # would be computed twice: realize it too. Repeat until nothing changes.
-    self.kernel_reduce: dict[UOp, UOp | None] = {}   # kernel root -> the reduce fused into it
+    self.plans: dict[UOp, KernelPlan] = {}
     while True:
       count_before = len(self.realize)
       fused_into: dict[UOp, list[UOp]] = {}
       for root in list(self.realize):
-        reduce = self.kernel_reduce[root] = self._fuse(root)
-        if reduce is not None: fused_into.setdefault(reduce, []).append(root)
+        plan = self.plans[root] = self._fuse(root)
+        for reduce in plan.reduces: fused_into.setdefault(reduce, []).append(root)
       self.realize.update(dict.fromkeys(r for r, kernels in fused_into.items() if len(kernels) > 1))
       if len(self.realize) == count_before: break
 
-  def _fuse(self, root: UOp) -> UOp | None:
-    """Walk one kernel's graph; realize the reduces that can't join it. Returns the reduce it fuses, if any."""
-    kernel_reduce: UOp | None = None
+  def _stops(self, node: UOp, root: UOp) -> bool: return (node in self.realize and node is not root) or _is_leaf(node)
+
+  def _fuse(self, root: UOp) -> KernelPlan:
+    """Walk one kernel's graph; realize the reduces that can't join it. Returns what it fuses."""
     start = root.src[0] if root.op is Ops.CONTIGUOUS else root
-    stack: list[tuple[UOp, ShapeTracker, bool]] = [(start, ShapeTracker.from_shape(root.shape), False)]
-    seen: set[tuple[UOp, ShapeTracker, bool]] = set()
+    plan = KernelPlan(main=self._main_reduce(root, start))
+    base = plan.main.src[0].shape if plan.main is not None else root.shape
+    plan.base_rank = len(base)
+    top_view = ShapeTracker.from_shape(root.shape)
+    if plan.main is not None and plan.main.shape != root.shape: top_view = top_view.reshape(plan.main.shape)
+    # a region: for each axis of the coordinates a node is seen in, the base dim it runs along (None: a reduced axis)
+    main_axes = set(plan.main.arg[1]) if plan.main is not None else set()
+    top_region = tuple(None if a in main_axes else a for a in range(len(base)))
+    side_ok = root.device in SIDE_REDUCE_DEVICES
+    stack: list[tuple[UOp, ShapeTracker, tuple[int | None, ...]]] = [(start, top_view, top_region)]
+    seen: set[tuple[UOp, ShapeTracker, tuple[int | None, ...]]] = set()
     while stack:
       item = stack.pop()
       if item in seen: continue
       seen.add(item)
-      node, view, below_reduce = item
-      if (node in self.realize and node is not root) or _is_leaf(node): continue
-      if node.op is Ops.VIEW: stack.append((node.src[0], node.arg + view, below_reduce))
+      node, view, region = item
+      if self._stops(node, root): continue
+      if node.op is Ops.VIEW: stack.append((node.src[0], node.arg + view, region))
       elif node.op is Ops.REDUCE_AXIS:
-        if below_reduce or not view.contiguous or (kernel_reduce is not None and kernel_reduce is not node):
+        if node is plan.main:
+          if not view.contiguous: self.realize[node] = None   # seen through another view too: a kernel of its own
+          else: stack.append((node.src[0], ShapeTracker.from_shape(node.src[0].shape), top_region))
+          continue
+        kept = _broadcast_back(node, view, region) if side_ok else None
+        if kept is None or (node in plan.sides and plan.sides[node][0] != kept):
           self.realize[node] = None
           continue
-        kernel_reduce = node
-        stack.append((node.src[0], ShapeTracker.from_shape(node.src[0].shape), True))
-      else: stack.extend((s, view, below_reduce) for s in node.src)
-    return kernel_reduce
+        if node not in plan.sides: plan.sides[node] = (kept, tuple(range(plan.rank, plan.rank + len(node.arg[1]))))
+        stack.append((node.src[0], ShapeTracker.from_shape(node.src[0].shape), _side_region(node, kept)))
+      else: stack.extend((s, view, region) for s in node.src)
+    return plan
+
+  def _main_reduce(self, root: UOp, start: UOp) -> UOp | None:
+    """The first reduce reached from the root through reshapes only (not through another reduce)."""
+    stack, seen = [(start, ShapeTracker.from_shape(root.shape))], set()
+    while stack:
+      node, view = item = stack.pop()
+      if item in seen or self._stops(node, root): continue
+      seen.add(item)
+      if node.op is Ops.VIEW: stack.append((node.src[0], node.arg + view))
+      elif node.op is Ops.REDUCE_AXIS:
+        if view.contiguous: return node
+      else: stack.extend((s, view) for s in node.src)
+    return None
+
+
+def _side_region(reduce: UOp, kept: tuple[int, ...]) -> tuple[int | None, ...]:
+  """The region of a side reduce's input: its kept axes run along base dims `kept` (in order), the rest are its own."""
+  kept_axes = [a for a, size in enumerate(reduce.shape) if size > 1]
+  return tuple(kept[kept_axes.index(a)] if a in kept_axes else None for a in range(len(reduce.shape)))
+
+
+def _broadcast_back(reduce: UOp, view: ShapeTracker, region: tuple[int | None, ...]) -> tuple[int, ...] | None:
+  """When `view` (from the current coordinates to the reduce's output) only broadcasts the reduce's result back
+  along the axes it reduced (x - x.max(1, keepdim=True)), the base dims its kept axes run along; else None.
+  Those must be the outermost base dims, so the reduce is computed once per outer loop trip."""
+  if len(view.views) != 1: return None
+  v = view.views[0]
+  if v.mask is not None or v.offset != 0: return None
+  out_shape = reduce.shape
+  out_strides = row_major_strides(out_shape)
+  kept, used = [], set()
+  for axis, size in enumerate(out_shape):
+    if size == 1: continue
+    dims = [d for d in range(len(v.shape)) if d not in used and v.strides[d] == out_strides[axis] and v.shape[d] == size]
+    if len(dims) != 1 or region[dims[0]] is None: return None
+    used.add(dims[0])
+    kept.append(region[dims[0]])
+  if any(stride != 0 for d, stride in enumerate(v.strides) if d not in used): return None
+  if not kept or sorted(kept) != list(range(len(kept))): return None
+  return tuple(kept)
 
 
 def _walk(roots: list[UOp]) -> list[UOp]:
@@ -118,20 +199,30 @@ def _walk(roots: list[UOp]) -> list[UOp]:
 
 class _KernelBuilder:
   """Builds one kernel AST from a realized root, turning realized inputs into LOADs."""
-  def __init__(self, root: UOp, reduce: UOp | None, buffers: dict[UOp, UOp]):
-    self.root, self.reduce, self.buffers = root, reduce, buffers
+  def __init__(self, root: UOp, plan: KernelPlan, buffers: dict[UOp, UOp]):
+    self.root, self.plan, self.buffers = root, plan, buffers
     self.inputs: list[UOp] = []   # BUFFER nodes, DEFINE_GLOBAL i+1 reads inputs[i]
     self.memo: dict[tuple[UOp, ShapeTracker], UOp] = {}
+    self.extra = (1,) * (plan.rank - plan.base_rank)   # side reduces' dims, size 1 where they aren't looped over
 
   def build(self, output: UOp) -> UOp:
     value_root = self.root.src[0] if self.root.op is Ops.CONTIGUOUS else self.root
-    kernel_shape = self.reduce.shape if self.reduce is not None else self.root.shape
-    root_view = ShapeTracker.from_shape(self.root.shape)
-    if kernel_shape != self.root.shape: root_view = root_view.reshape(kernel_shape)
+    kernel_shape = self.plan.main.shape if self.plan.main is not None else self.root.shape
+    root_view = ShapeTracker.from_shape(self.root.shape).reshape(kernel_shape + self.extra)
     value = self._value(value_root, root_view)
     out_global = UOp(Ops.DEFINE_GLOBAL, output.dtype.ptr(), (), 0)
-    store = UOp(Ops.STORE, dtypes.void, (out_global, UOp(Ops.VIEW, arg=ShapeTracker.from_shape(kernel_shape)), value))
+    store = UOp(Ops.STORE, dtypes.void, (out_global, UOp(Ops.VIEW, arg=ShapeTracker.from_shape(kernel_shape + self.extra)), value))
     return UOp(Ops.SINK, dtypes.void, (store,))
+
+  def _side_view(self, reduce: UOp) -> ShapeTracker:
+    """Kernel coordinates -> the side reduce's input: kept axes along their base dims, reduced axes along its own dims."""
+    kept, extra = self.plan.sides[reduce]
+    in_shape = reduce.src[0].shape
+    in_strides = row_major_strides(in_shape)
+    shape, strides = [1] * self.plan.rank, [0] * self.plan.rank
+    for axis, dim in zip([a for a, size in enumerate(reduce.shape) if size > 1], kept): shape[dim], strides[dim] = in_shape[axis], in_strides[axis]
+    for axis, dim in zip(reduce.arg[1], extra): shape[dim], strides[dim] = in_shape[axis], in_strides[axis]
+    return ShapeTracker((View.create(shape, strides),))
 
   def _load(self, buffer: UOp, view: ShapeTracker) -> UOp:
     if buffer not in self.inputs: self.inputs.append(buffer)
@@ -167,7 +258,9 @@ class _KernelBuilder:
           valid = UOp(Ops.VALID, dtypes.bool, (UOp(Ops.VIEW, arg=children[0][1]),))
           inner = valid.where(inner, inner.const_like(0))
         self.memo[key] = inner
-      elif node.op is Ops.REDUCE_AXIS: self.memo[key] = UOp(Ops.REDUCE_AXIS, node.dtype, built, node.arg)
+      elif node.op is Ops.REDUCE_AXIS:
+        axes = self.plan.sides[node][1] if node in self.plan.sides else node.arg[1]
+        self.memo[key] = UOp(Ops.REDUCE_AXIS, node.dtype, built, (node.arg[0], axes))
       elif node.op in GroupOp.Elementwise: self.memo[key] = node.replace(src=built)
       else: raise RuntimeError(f"scheduler can't put {node.op} inside a kernel")
     return self.memo[(start, start_view)]
@@ -175,8 +268,9 @@ class _KernelBuilder:
   def _children(self, node: UOp, view: ShapeTracker) -> list[tuple[UOp, ShapeTracker]]:
     if node.op is Ops.VIEW: return [(node.src[0], node.arg + view)]
     if node.op is Ops.REDUCE_AXIS:
+      if node in self.plan.sides: return [(node.src[0], self._side_view(node))]
       if not view.contiguous: raise RuntimeError(f"internal error: reduce fused through a non-reshape view {view}")
-      return [(node.src[0], ShapeTracker.from_shape(node.src[0].shape))]
+      return [(node.src[0], ShapeTracker.from_shape(node.src[0].shape).reshape(node.src[0].shape + self.extra))]
     return [(s, view) for s in node.src]
 
 
@@ -191,7 +285,7 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   buffers: dict[UOp, UOp] = {n: UOp.new_buffer(n.device, n.size, n.dtype) for n in order}
   items = []
   for node in order:
-    builder = _KernelBuilder(node, fusion.kernel_reduce[node], buffers)
+    builder = _KernelBuilder(node, fusion.plans[node], buffers)
     ast = builder.build(buffers[node])
     items.append(ScheduleItem(ast, (buffers[node], *builder.inputs)))
   items = pack_operands(items, ScheduleItem)
