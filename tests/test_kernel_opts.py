@@ -196,3 +196,23 @@ def test_fused_softmax_is_one_simd_kernel_with_the_row_reduces_hoisted():
   assert "float_v16 acc0" in source and "float_v16 acc1" in source and "exp2f_v16(" in source and "[15]" in source.split("for (int ridx1")[0]
   e = np.exp(x - x.max(-1, keepdims=True))
   np.testing.assert_allclose(t.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_dot_product_kernels_get_a_register_tile():
+  x, w = arr(64, 96), arr(32, 96)   # x @ w.T: both operands contiguous along the reduce dim (nn.Linear's forward)
+  t = Tensor(x) @ Tensor(w).T
+  (item,) = t.schedule()
+  program = get_kernel(item.ast, "CPU")
+  # lanes along the reduce dim, a 4x4 tile of outputs shares each loaded vector: 16 vector accumulators
+  assert program.kernel.applied_opts == [Opt("UNROLL", 0, 16), Opt("UPCAST", 1, 4), Opt("UPCAST", 0, 4)]
+  assert "float_v16 acc15 " in program.source and "acc16" not in program.source
+  np.testing.assert_allclose(t.numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_widest_lanes_win_over_more_contiguous_buffers():
+  g, h, x, b = arr(32, 16), arr(32, 16), arr(32, 48), arr(16)
+  t = ((Tensor(g) * (Tensor(h) + Tensor(b) > 0)).T @ Tensor(x))   # a fused relu backward feeding a weight gradient
+  (item,) = t.schedule()
+  program = get_kernel(item.ast, "CPU")
+  assert "float_v16 acc" in program.source and "float_v2" not in program.source
+  np.testing.assert_allclose(t.numpy(), (g * (h + b > 0)).T @ x, rtol=1e-4, atol=1e-4)

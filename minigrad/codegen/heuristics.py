@@ -27,6 +27,7 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
 from __future__ import annotations
 import copy
 import functools
+import itertools
 from minigrad.codegen.kernel import Kernel, Opt, KernelOptError
 from minigrad.codegen.gpu_heuristics import gpu_optimizations
 from minigrad.codegen.lowerer import VECTOR_WIDTHS
@@ -106,6 +107,8 @@ def hand_coded_optimizations(k: Kernel) -> None:
     width = next((w for w in widths if _lanes_fit(k, Opt("UNROLL", reduces.index(axis), w))), None)
     if width is not None:
       k.apply_opt(Opt("UNROLL", reduces.index(axis), width))
+      # dot products (x @ w.T): a tile of outputs shares the loaded vectors; else independent vectors per trip
+      if _register_tile(k, None, min_reuse=0.25): return
       if axis in k.axes_of("reduce") and k.full_shape[axis] % ROW_UNROLL == 0 and k.full_shape[axis] >= 2 * ROW_UNROLL:
         k.apply_opt(Opt("UNROLL", k.axes_of("reduce").index(axis), ROW_UNROLL))
       return
@@ -127,42 +130,43 @@ def _fused_reduces(k: Kernel, widths: list[int], out_strides: tuple[int | None, 
       k.apply_opt(Opt("UNROLL", k.axes_of("reduce").index(axis), ROW_UNROLL))
 
 
-def _register_tile(k: Kernel, lane_remainder: int | None) -> None:
+def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0) -> bool:
   """Choose the register tile (rules 2-4) by counting, for each candidate, the loads one trip of the reduce loop
-  needs per multiply-add: loads whose indices coincide (a 3x3 window's overlapping rows) count once."""
-  lane_axis = k.shape_len - 1
-  vector_loads = [i for i, stride in enumerate(_strides(k, lane_axis)) if stride == 1 and k.sts[i] is not k.output_st]
+  needs per multiply-add: loads whose indices coincide (a 3x3 window's overlapping rows) count once. Tiles use
+  more vectors along the lane dim (`lane_remainder`, what is left of it as a loop) and up to two other output
+  dims: a matmul's rows, a convolution's output channels and rows. Applies nothing (and returns False) unless
+  the best tile needs fewer than 1 - `min_reuse` loads per multiply-add."""
   globals_ = k.axes_of("global")
-  # rows: global dims the vector loads don't depend on (a matmul's rows, a convolution's output channels);
-  # other dims (a convolution's output rows) can share loads too, through the unrolled reduce dims
-  rows_axes = [a for a in globals_ if a != lane_remainder and all(_strides(k, a)[i] == 0 for i in vector_loads)][-1:]
-  other_axes = [a for a in globals_ if a != lane_remainder and a not in rows_axes][-1:]
+  axes = [a for a in globals_ if a != lane_remainder][-2:]
   reduces = k.axes_of("reduce")
   # 3. short reduce dims (a 3x3 window) are unrolled whole, when a longer reduce loop remains
   unrolled = [a for a in reduces if k.full_shape[a] <= MAX_UNROLLED_REDUCE and any(k.full_shape[b] > MAX_UNROLLED_REDUCE for b in reduces)]
   unrolls = [Opt("UNROLL", reduces.index(a), k.full_shape[a]) for a in reversed(unrolled)]
   best: tuple[tuple[float, int], list[Opt]] | None = None
-  for vectors in (1, 2, 3, 4):
+  for vectors in range(1, 9):
     if vectors > 1 and (lane_remainder is None or k.full_shape[lane_remainder] % vectors): continue
-    for rows_axis in rows_axes + [None]:
-      for rows in (TILE_ROWS if rows_axis is not None else (1,)):
-        for other_axis in other_axes + [None]:
-          for others in ((1, 2, 4, 8) if other_axis is not None else (1,)):
-            amounts = {lane_remainder: vectors, rows_axis: rows, other_axis: others}
-            if prod(amounts.values()) > MAX_ACCUMULATORS or any(a is not None and k.full_shape[a] % n for a, n in amounts.items()): continue
-            # UPCASTs from the highest dim down, so a dim used up whole doesn't shift the ones still to split
-            opts = [Opt("UPCAST", globals_.index(a), n) for a, n in sorted(amounts.items(), key=lambda x: -1 if x[0] is None else x[0], reverse=True)
-                    if a is not None and n > 1] + unrolls
-            score = _tile_cost_from_strides(k, {a: n for a, n in amounts.items() if a is not None and n > 1}, unrolled)
-            if score is None:   # an index that isn't affine in a dim before the split: count on the split kernel
-              trial = k
-              for opt in opts: trial = trial and _trial(trial, opt)
-              if trial is None: continue
-              score = _tile_cost(trial)
-            if best is None or score < best[0]: best = (score, opts)
-  if best is None: return
+    for amounts_of_axes in itertools.product(TILE_ROWS, repeat=len(axes)):
+      amounts = {a: n for a, n in zip([lane_remainder] + axes, (vectors,) + amounts_of_axes) if a is not None and n > 1}
+      if prod(amounts.values()) > MAX_ACCUMULATORS or any(k.full_shape[a] % n for a, n in amounts.items()): continue
+      # UPCASTs from the highest dim down, so a dim used up whole doesn't shift the ones still to split
+      opts = [Opt("UPCAST", globals_.index(a), n) for a, n in sorted(amounts.items(), reverse=True)] + unrolls
+      score = _tile_cost_from_strides(k, amounts, unrolled)
+      if score is None:   # an index that isn't affine in a dim before the split: count on the split kernel
+        trial = k
+        for opt in opts: trial = trial and _trial(trial, opt)
+        if trial is None: continue
+        score = _tile_cost(trial)
+      if best is None or score < best[0]: best = (score, opts)
+  if best is None or best[0][0] >= 1 - min_reuse: return False
   for opt in best[1]: k.apply_opt(opt)
   _order_loops(k)
+  return True
+
+
+def _loop_loads(k: Kernel) -> list[ShapeTracker]:
+  """The inputs read inside the reduce loop (an input that doesn't depend on it is loaded once, before the loop)."""
+  reduce_dims = [d for d in range(k.first_reduce, k.shape_len) if k.axis_kinds[d] in ("reduce", "unroll")]
+  return [st for st in k.sts if st is not k.output_st and any(index_strides(st)[d] != 0 for d in reduce_dims)]
 
 
 def _count_loads(tile: list[tuple[int | None, int]]) -> int:
@@ -180,8 +184,7 @@ def _tile_cost_from_strides(k: Kernel, upcasts: dict[int, int], unrolled: list[i
   accumulators = prod(upcasts.values())
   fmas = accumulators * prod(k.full_shape[a] for a in unrolled)
   loads = 0
-  for st in k.sts:
-    if st is k.output_st: continue
+  for st in _loop_loads(k):
     strides = index_strides(st)
     tile = [(strides[a], n) for a, n in upcasts.items()] + [(strides[a], k.full_shape[a]) for a in unrolled]
     if any(stride is None for stride, _ in tile): return None
@@ -196,7 +199,7 @@ def _tile_cost(k: Kernel) -> tuple[float, int]:
   tile_dims = [d for d in range(lanes + 1, k.shape_len)]
   accumulators = prod(k.full_shape[d] for d in tile_dims if k.axis_kinds[d] == "upcast")
   fmas = accumulators * prod(k.full_shape[d] for d in tile_dims if k.axis_kinds[d] == "unroll")
-  loads = sum(_count_loads([(index_strides(st)[d], k.full_shape[d]) for d in tile_dims]) for st in k.sts if st is not k.output_st)
+  loads = sum(_count_loads([(index_strides(st)[d], k.full_shape[d]) for d in tile_dims]) for st in _loop_loads(k))
   return (loads / fmas, -accumulators)
 
 

@@ -61,13 +61,15 @@ VECTOR_WIDTHS = (2, 4, 8, 16)
 
 
 def pick_lane_axis(k: Kernel) -> int | None:
-  """The upcast dim to turn into SIMD lanes: of a vector width, and contiguous (stride 1) in the most buffers,
-  the output counting double; ties go to the innermost."""
-  def score(axis: int) -> int:
+  """The upcast dim to turn into SIMD lanes: of a vector width, contiguous (stride 1) in some buffer, the widest
+  (16 lanes beat 2), then contiguous in the most buffers, the output counting double (in a reduce kernel only half:
+  it is stored once, the inputs are loaded every trip of the reduce loop); ties go to the innermost."""
+  output_weight = 0.5 if k.axes_of("reduce") else 2
+  def score(axis: int) -> float:
     strides = [st.real_strides()[axis] for st in k.sts]
-    return sum(2 if st is k.output_st else 1 for st, stride in zip(k.sts, strides) if stride == 1)
+    return sum(output_weight if st is k.output_st else 1 for st, stride in zip(k.sts, strides) if stride == 1)
   candidates = [a for a in range(k.first_upcast, k.shape_len) if k.full_shape[a] in VECTOR_WIDTHS]
-  return max(reversed(candidates), key=score) if candidates else None
+  return max(reversed(candidates), key=lambda a: (score(a) > 0, k.full_shape[a], score(a))) if candidates else None
 
 
 def reduce_regions(k: Kernel) -> dict[UOp | None, list[UOp]]:
