@@ -121,6 +121,13 @@ def test_cl_refuses_too_many_threads_per_workgroup():
   with pytest.raises(RuntimeError, match="threads per workgroup"): program(buf.opaque, local_size=(device.max_threads + 1, 1, 1))
 
 
+def test_cl_without_an_opencl_platform_says_how_to_get_one(monkeypatch):
+  cl_device()
+  from minigrad.runtime import ops_cl
+  monkeypatch.setattr(ops_cl.cl, "get_platforms", lambda: [])
+  with pytest.raises(RuntimeError, match="no OpenCL platform.*pocl"): ops_cl.CLDevice()
+
+
 def test_cl_without_pyopencl_names_the_package_and_the_install(monkeypatch):
   message = missing_module_message(monkeypatch, "CL", "pyopencl")
   assert "pyopencl" in message and "pip install -e '.[opencl]'" in message
