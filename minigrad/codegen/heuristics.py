@@ -106,12 +106,17 @@ def hand_coded_optimizations(k: Kernel) -> None:
   for axis in reversed(reduces):
     width = next((w for w in widths if _lanes_fit(k, Opt("UNROLL", reduces.index(axis), w))), None)
     if width is not None:
+      size = k.full_shape[axis]
       k.apply_opt(Opt("UNROLL", reduces.index(axis), width))
       # dot products (x @ w.T): a tile of outputs shares the loaded vectors; else independent vectors per trip
-      if _register_tile(k, None, min_reuse=0.25): return
-      if axis in k.axes_of("reduce") and k.full_shape[axis] % ROW_UNROLL == 0 and k.full_shape[axis] >= 2 * ROW_UNROLL:
-        k.apply_opt(Opt("UNROLL", k.axes_of("reduce").index(axis), ROW_UNROLL))
+      if not _register_tile(k, None, min_reuse=0.25) and size > width: _unroll_rows(k, axis)
       return
+
+
+def _unroll_rows(k: Kernel, axis: int) -> None:
+  """ROW_UNROLL vectors per trip of reduce loop `axis`, when it stays a loop of at least 2 trips."""
+  if k.full_shape[axis] % ROW_UNROLL == 0 and k.full_shape[axis] >= 2 * ROW_UNROLL:
+    k.apply_opt(Opt("UNROLL", k.axes_of("reduce").index(axis), ROW_UNROLL))
 
 
 def _fused_reduces(k: Kernel, widths: list[int], out_strides: tuple[int | None, ...]) -> None:
@@ -125,9 +130,9 @@ def _fused_reduces(k: Kernel, widths: list[int], out_strides: tuple[int | None, 
     group = k.axes_of("global" if kind == "UPCAST" else "reduce")
     opt = Opt("UPCAST" if kind == "UPCAST" else "UNROLL", group.index(axis), width)
     if not _lanes_fit(k, opt): continue
+    size = k.full_shape[axis]
     k.apply_opt(opt)
-    if kind == "REDUCE" and axis in k.axes_of("reduce") and k.full_shape[axis] % ROW_UNROLL == 0 and k.full_shape[axis] >= 2 * ROW_UNROLL:
-      k.apply_opt(Opt("UNROLL", k.axes_of("reduce").index(axis), ROW_UNROLL))
+    if kind == "REDUCE" and size > width: _unroll_rows(k, axis)   # the rest of the split dim stays at `axis`
 
 
 def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0) -> bool:
