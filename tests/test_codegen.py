@@ -123,8 +123,8 @@ def test_exp_is_all_simd_and_matches_numpy():
   x = np.array([-200, -104, -88.7, -20, -1, -1e-30, 0, 1e-30, 0.5, 1, 20, 88.7, 89, 100, np.nan, np.inf, -np.inf] * 4 + [3.0] * 60, np.float32)
   t = Tensor(x).exp()
   body = kernel_body(t)
-  # floor (trunc, compare), the exponent bits (float -> int, add, shift, bitcast) all stay in vector registers
-  assert "truncf_v16(" in body and "int_v16" in body and "[15]" not in body, body
+  # floor and the scaling by 2**n stay in vector registers, spelled as one AVX-512 instruction each (with fallbacks)
+  assert "floorf_v16(" in body and "scalef_v16(" in body and "[15]" not in body, body
   with np.errstate(over="ignore"): np.testing.assert_allclose(t.numpy(), np.exp(x), rtol=2e-6)
 
 
@@ -189,3 +189,22 @@ def test_simd_exp2_is_accurate_over_the_whole_float_range():
   assert np.abs(out[tiny] - exact[tiny]).max() <= 1.5e-45
   special = ~(normal | tiny)
   np.testing.assert_array_equal(out[special], nearest[special])   # inf, nan, overflow
+
+
+def test_floor_and_power_of_two_idioms_match_their_plain_spelling():
+  from minigrad.codegen.c_renderer import simd_idioms
+  from minigrad.dtype import dtypes
+  from minigrad.uop.ops import UOp, Ops
+  x = np.array([-0.0, 0.0, -0.5, 0.5, -1.0, 1.5, -2.5, 1e30, -1e30, 8388609.0, np.inf, -np.inf, np.nan, -1e-45, 3.0, -3.7], np.float32)
+  out = Tensor(x).floor().numpy()
+  np.testing.assert_array_equal(out, np.floor(x))
+  assert np.signbit(out[0]) and not np.signbit(out[1])   # floor(-0.0) stays -0.0
+  # 2**n from exponent bits only becomes vscalefps when n is integral (scalef floors n, the bits truncate it)
+  vec, ivec = dtypes.float32.vec(16), dtypes.int32.vec(16)
+  n = UOp(Ops.DEFINE_VAR, vec, (), ("n", 0, 1))
+  def scaled(exponent):
+    bits = UOp(Ops.CAST, ivec, (exponent,)).alu(Ops.ADD, UOp.const(ivec, 127)).alu(Ops.SHL, UOp.const(ivec, 23))
+    return n.alu(Ops.MUL, UOp(Ops.BITCAST, vec, (bits,)))
+  integral, fractional = scaled(UOp(Ops.TRUNC, vec, (n,))), scaled(n)
+  idioms = simd_idioms([integral, fractional])
+  assert idioms.get(integral, ("",))[0] == "scalef_v16" and fractional not in idioms

@@ -119,6 +119,7 @@ class CRenderer:
     globals_ = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
     written = {u.src[0].src[0].arg for u in uops if u.op is Ops.STORE}
     streamed = self.streamed_stores(uops)
+    idioms = simd_idioms(uops) if self.vector_lanes else {}
 
     def fresh(prefix: str) -> str:
       counters[prefix] = counters.get(prefix, 0) + 1
@@ -170,7 +171,8 @@ class CRenderer:
         line(f"{src[0]} = {_strip(src[1])};")
         names[u] = src[0]
       else:
-        if u.op is Ops.CAST and u.dtype.count > 1: expr = self.render_vector_cast(src[0], u.src[0].dtype, u.dtype)
+        if u in idioms: expr = f"{idioms[u][0]}({', '.join(names[a] for a in idioms[u][1])})"
+        elif u.op is Ops.CAST and u.dtype.count > 1: expr = self.render_vector_cast(src[0], u.src[0].dtype, u.dtype)
         elif u.op is Ops.CAST: expr = self.render_cast(src[0], u.dtype, u.src[0].dtype)
         elif u.op is Ops.BITCAST and u.dtype.count > 1: expr = f"(({self.type_name(u.dtype)})({src[0]}))"   # same-size vectors reinterpret
         elif u.op is Ops.BITCAST: expr = self.render_bitcast(src[0], u.src[0].dtype, u.dtype)
@@ -195,7 +197,7 @@ class CRenderer:
   def prelude(self, uops: list[UOp]) -> list[str]:
     """What the source needs before the kernel function: includes, type definitions, helper functions."""
     return self.includes + self.vector_typedefs(uops) + self.vector_math(uops) + self.stream_helpers(self.streamed_stores(uops)) + \
-      self.masked_load_helpers(uops)
+      self.masked_load_helpers(uops) + (idiom_helpers(simd_idioms(uops)) if self.vector_lanes else [])
 
   # ---- SIMD vectors (GCC/clang vector extensions) ----
   def vector_typedefs(self, uops: list[UOp]) -> list[str]:
@@ -250,7 +252,7 @@ class CRenderer:
     return {u for u in uops if u.op is Ops.STORE and streams(u)}
 
   def stream_helpers(self, streamed: set[UOp]) -> list[str]:
-    lines = X86_INCLUDE + ["#include <stdint.h>"] if streamed else []
+    lines = [*X86_INCLUDE, "#include <stdint.h>"] if streamed else []
     for dt in sorted({u.src[1].dtype for u in streamed}, key=lambda d: (d.name, d.count)):
       vec, scalar = self.type_name(dt), self.type_name(dt.scalar())
       feature, bits = X86_STREAM[dt.itemsize]
@@ -328,7 +330,7 @@ def _exp2_avx512(vec: str) -> list[str]:
 # float32 math on vectors: name of the libm function; libmvec variants by width: (ISA letter, the C macro it needs)
 VECTOR_MATH = {Ops.EXP2: "exp2f", Ops.LOG2: "log2f", Ops.SIN: "sinf", Ops.SQRT: "sqrtf", Ops.TRUNC: "truncf"}
 LIBMVEC = {4: ("b", "__SSE2__"), 8: ("d", "__AVX2__"), 16: ("e", "__AVX512F__")}
-X86_INCLUDE = ["#if defined(__x86_64__)", "#include <immintrin.h>", "#endif"]
+X86_INCLUDE = ("#if defined(__x86_64__)", "#include <immintrin.h>", "#endif")
 # non-temporal vector stores by vector bytes: (C macro, bits)
 X86_STREAM = {32: ("__AVX__", 256), 64: ("__AVX512F__", 512)}
 # masked vector loads by (lane dtype, lanes): (C macro, the call on p and the -1/0 mask m)
@@ -340,6 +342,69 @@ X86_MASKED_LOAD = {
 }
 # round toward zero (immediate 11 = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), by vector width: (C macro, call)
 X86_TRUNC = {4: ("__SSE4_1__", "_mm_round_ps(x, 11)"), 8: ("__AVX__", "_mm256_round_ps(x, 11)"), 16: ("__AVX512F__", "_mm512_roundscale_ps(x, 11)")}
+
+
+# ---- idioms: multi-op float32x16 patterns that AVX-512 does in one instruction (the spelling of what they compute) ----
+
+def _const_value(u: UOp) -> float | int | None:
+  if u.op is Ops.CONST: return u.arg
+  if u.op is Ops.VECTORIZE and all(s is u.src[0] for s in u.src) and u.src[0].op is Ops.CONST: return u.src[0].arg
+  return None
+
+
+def _floor_of(u: UOp) -> UOp | None:
+  """y when u is floor(y) written as trunc(y) - (y < trunc(y)) (the Tensor API's floor)."""
+  if u.op is not Ops.ADD or u.dtype != dtypes.float32.vec(16): return None
+  for t, minus in (u.src, u.src[::-1]):
+    if t.op is Ops.TRUNC and minus.op is Ops.NEG and minus.src[0].op is Ops.CAST and minus.src[0].src[0].op is Ops.CMPLT \
+       and minus.src[0].src[0].src == (t.src[0], t): return t.src[0]
+  return None
+
+
+def _power_of_two_exponent(u: UOp) -> UOp | None:
+  """n when u is 2**n built from the bits of the int32 n + 127 shifted into a float32's exponent."""
+  if u.op is not Ops.BITCAST or u.dtype != dtypes.float32.vec(16): return None
+  shl = u.src[0]
+  if shl.op is not Ops.SHL or _const_value(shl.src[1]) != 23 or shl.src[0].op is not Ops.ADD: return None
+  for cast, bias in (shl.src[0].src, shl.src[0].src[::-1]):
+    if cast.op is Ops.CAST and _const_value(bias) == 127 and cast.src[0].dtype == dtypes.float32.vec(16): return cast.src[0]
+  return None
+
+
+def simd_idioms(uops: list[UOp]) -> dict[UOp, tuple[str, tuple[UOp, ...]]]:
+  """floor(y) -> floorf_v16(y) (vrndscaleps), and x * 2**n for an integral n (exp's scaling) -> scalef_v16(x, n)
+  (vscalefps): node -> (helper, its arguments). The helpers fall back to the plain spelling without AVX-512."""
+  idioms: dict[UOp, tuple[str, tuple[UOp, ...]]] = {}
+  integral: dict[UOp, bool] = {}
+
+  def is_integral(u: UOp) -> bool:
+    if u not in integral:
+      value = _const_value(u)
+      integral[u] = (u.op is Ops.TRUNC or u in idioms and idioms[u][0] == "floorf_v16" or value is not None and float(value).is_integer()
+                     or u.op in (Ops.ADD, Ops.NEG) and all(is_integral(s) for s in u.src))
+    return integral[u]
+  for u in uops:
+    if (y := _floor_of(u)) is not None: idioms[u] = ("floorf_v16", (y,))
+    elif u.op is Ops.MUL and u.dtype == dtypes.float32.vec(16):
+      for x, power in (u.src, u.src[::-1]):
+        if (n := _power_of_two_exponent(power)) is not None and is_integral(n):
+          idioms[u] = ("scalef_v16", (x, n))
+          break
+  return idioms
+
+
+def idiom_helpers(idioms: dict[UOp, tuple[str, tuple[UOp, ...]]]) -> list[str]:
+  used = {name for name, _ in idioms.values()}
+  lines = list(X86_INCLUDE) if used else []
+  if "floorf_v16" in used:
+    lines += ["static inline float_v16 floorf_v16(float_v16 x) {", "#if defined(__x86_64__) && defined(__AVX512F__)",
+              "  return _mm512_roundscale_ps(x, 9);   /* toward -inf, no exceptions */", "#else",
+              "  float_v16 out;", "  for (int i = 0; i < 16; i++) out[i] = floorf(x[i]);", "  return out;", "#endif", "}"]
+  if "scalef_v16" in used:
+    lines += ["static inline float_v16 scalef_v16(float_v16 x, float_v16 n) {   /* x * 2**n, n integral */",
+              "#if defined(__x86_64__) && defined(__AVX512F__)", "  return _mm512_scalef_ps(x, n);", "#else",
+              "  return x * (float_v16)((__builtin_convertvector(n, int_v16) + 127) << 23);", "#endif", "}"]
+  return lines
 
 
 def _strip(expr: str) -> str:
