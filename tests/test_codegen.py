@@ -124,7 +124,7 @@ def test_exp_is_all_simd_and_matches_numpy():
   t = Tensor(x).exp()
   body = kernel_body(t)
   # floor and the scaling by 2**n stay in vector registers, spelled as one AVX-512 instruction each (with fallbacks)
-  assert "floorf_v16(" in body and "scalef_v16(" in body and "[15]" not in body, body
+  assert all(f"{helper}(" in body for helper in ("floorf_v16", "scalef_v16", "maxps_v16", "minps_v16")) and "[15]" not in body, body
   with np.errstate(over="ignore"): np.testing.assert_allclose(t.numpy(), np.exp(x), rtol=2e-6)
 
 
@@ -189,6 +189,19 @@ def test_simd_exp2_is_accurate_over_the_whole_float_range():
   assert np.abs(out[tiny] - exact[tiny]).max() <= 1.5e-45
   special = ~(normal | tiny)
   np.testing.assert_array_equal(out[special], nearest[special])   # inf, nan, overflow
+
+
+def test_select_idioms_keep_nans_and_signed_zeros():
+  x = np.array([-0.0, 0.0, -200, 200, np.nan, np.inf, -np.inf, 1, -1, 88.9, 89.1, -104, -103.9, 5, 6, 7], np.float32)
+  y = np.array([0.0, -0.0, np.nan, 1, 2, np.nan, 0, 1, -2, 89, 89, -104, -0.0, 6, 6, -7], np.float32)
+  for lo, hi in [(-104, 89), (0.0, 0.0), (-0.0, 1)]:
+    t = Tensor(x).clamp(lo, hi)
+    assert "maxps_v16(" in kernel_body(t) and "minps_v16(" in kernel_body(t)
+    out, ref = t.numpy(), np.clip(x, np.float32(lo), np.float32(hi))
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(ref))
+  where = (Tensor(x) < Tensor(y)).where(Tensor(y), Tensor(x))   # (y > x) ? y : x, NaN on either side
+  np.testing.assert_array_equal(where.numpy(), np.where(x < y, y, x))
 
 
 def test_floor_and_power_of_two_idioms_match_their_plain_spelling():

@@ -372,8 +372,9 @@ def _power_of_two_exponent(u: UOp) -> UOp | None:
 
 
 def simd_idioms(uops: list[UOp]) -> dict[UOp, tuple[str, tuple[UOp, ...]]]:
-  """floor(y) -> floorf_v16(y) (vrndscaleps), and x * 2**n for an integral n (exp's scaling) -> scalef_v16(x, n)
-  (vscalefps): node -> (helper, its arguments). The helpers fall back to the plain spelling without AVX-512."""
+  """floor(y) -> floorf_v16(y) (vrndscaleps), x * 2**n for an integral n (exp's scaling) -> scalef_v16(x, n)
+  (vscalefps), where(p < q, q, p) -> maxps_v16(q, p) and where(p < q, p, q) -> minps_v16(p, q): node -> (helper,
+  its arguments). The helpers fall back to the plain spelling without AVX-512."""
   idioms: dict[UOp, tuple[str, tuple[UOp, ...]]] = {}
   integral: dict[UOp, bool] = {}
 
@@ -385,6 +386,11 @@ def simd_idioms(uops: list[UOp]) -> dict[UOp, tuple[str, tuple[UOp, ...]]]:
     return integral[u]
   for u in uops:
     if (y := _floor_of(u)) is not None: idioms[u] = ("floorf_v16", (y,))
+    elif u.op is Ops.WHERE and u.dtype == dtypes.float32.vec(16) and u.src[0].op is Ops.CMPLT:
+      # x86's max is (a > b) ? a : b and min (a < b) ? a : b, NaNs and signed zeros included: clamp's selects
+      p, q = u.src[0].src
+      if u.src[1:] == (q, p): idioms[u] = ("maxps_v16", (q, p))
+      elif u.src[1:] == (p, q): idioms[u] = ("minps_v16", (p, q))
     elif u.op is Ops.MUL and u.dtype == dtypes.float32.vec(16):
       for x, power in (u.src, u.src[::-1]):
         if (n := _power_of_two_exponent(power)) is not None and is_integral(n):
@@ -400,6 +406,11 @@ def idiom_helpers(idioms: dict[UOp, tuple[str, tuple[UOp, ...]]]) -> list[str]:
     lines += ["static inline float_v16 floorf_v16(float_v16 x) {", "#if defined(__x86_64__) && defined(__AVX512F__)",
               "  return _mm512_roundscale_ps(x, 9);   /* toward -inf, no exceptions */", "#else",
               "  float_v16 out;", "  for (int i = 0; i < 16; i++) out[i] = floorf(x[i]);", "  return out;", "#endif", "}"]
+  for name, instruction, compare in (("maxps_v16", "max", ">"), ("minps_v16", "min", "<")):
+    if name not in used: continue
+    lines += [f"static inline float_v16 {name}(float_v16 a, float_v16 b) {{   /* (a {compare} b) ? a : b */",
+              "#if defined(__x86_64__) && defined(__AVX512F__)", f"  return _mm512_{instruction}_ps(a, b);", "#else",
+              f"  mask_v16 m = a {compare} b;", "  return (float_v16)((((mask_v16)a) & m) | (((mask_v16)b) & ~m));", "#endif", "}"]
   if "scalef_v16" in used:
     lines += ["static inline float_v16 scalef_v16(float_v16 x, float_v16 n) {   /* x * 2**n, n integral */",
               "#if defined(__x86_64__) && defined(__AVX512F__)", "  return _mm512_scalef_ps(x, n);", "#else",
