@@ -167,3 +167,42 @@ def test_deep_elementwise_graph():
   for _ in range(2000): acc = acc + 1
   assert count_kernels(acc) == 1
   np.testing.assert_allclose(acc.numpy(), xn + 2000, rtol=1e-5)
+
+
+def test_a_reduce_feeding_a_side_reduce_gets_its_own_kernel():
+  a, b = fresh(16, 8), fresh(8, 32)
+  out = (Tensor(a) @ Tensor(b)).softmax(-1)   # the matmul is read by the row max and sum loops too: not fused into them
+  assert count_kernels(out) == 2
+  e = np.exp(a @ b - (a @ b).max(-1, keepdims=True))
+  np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
+CHAIN_STEPS = [
+  lambda x, ax, w: x.softmax(ax),
+  lambda x, ax, w: x - x.max(ax, keepdim=True),
+  lambda x, ax, w: x / (x.abs().sum(ax, keepdim=True) + 1),
+  lambda x, ax, w: x - x.mean(ax, keepdim=True),
+  lambda x, ax, w: (x * 0.1).exp(),
+  lambda x, ax, w: x @ w,
+  lambda x, ax, w: (x * x).sum(ax, keepdim=True) * x,
+]
+
+
+def _numpy_step(i, x, ax, w):
+  if i == 0:
+    e = np.exp(x - x.max(ax, keepdims=True))
+    return e / e.sum(ax, keepdims=True)
+  return [None, lambda: x - x.max(ax, keepdims=True), lambda: x / (np.abs(x).sum(ax, keepdims=True) + 1),
+          lambda: x - x.mean(ax, keepdims=True), lambda: np.exp(x * 0.1), lambda: x @ w, lambda: (x * x).sum(ax, keepdims=True) * x][i]()
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_chains_of_reduces_and_broadcasts_match_numpy(seed):
+  """Whatever the scheduler fuses (side reduces, nested reduces, matmuls), the numbers are numpy's."""
+  r = np.random.default_rng(seed)
+  xn, wn = r.standard_normal((6, 8)).astype(np.float32), r.standard_normal((8, 8)).astype(np.float32)
+  x, expected, w = Tensor(xn), xn.astype(np.float64), Tensor(wn)
+  for _ in range(int(r.integers(2, 5))):
+    i, ax = int(r.integers(len(CHAIN_STEPS))), int(r.choice([0, 1, -1]))
+    x, expected = CHAIN_STEPS[i](x, ax, w), _numpy_step(i, expected, ax, wn.astype(np.float64))
+  np.testing.assert_allclose(x.numpy(), expected, rtol=1e-4, atol=1e-4)

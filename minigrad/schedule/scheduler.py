@@ -132,7 +132,8 @@ class _Fusion:
       if node.op is Ops.VIEW: stack.append((node.src[0], node.arg + view, region))
       elif node.op is Ops.REDUCE_AXIS:
         if node is plan.main:
-          if not view.contiguous: self.realize[node] = None   # seen through another view too: a kernel of its own
+          # seen through another view too, or from inside a side reduce (which loops over other dims): a kernel of its own
+          if not view.contiguous or region != top_region: self.realize[node] = None
           else: stack.append((node.src[0], ShapeTracker.from_shape(node.src[0].shape), top_region))
           continue
         kept = _broadcast_back(node, view, region) if side_ok else None
