@@ -50,15 +50,15 @@ def valid_sequences(t: Tensor, length: int, candidates=CANDIDATES, has_local: bo
     yield list(opts)
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def on_cpu():
-  """The CPU opt tests build their tensors on the CPU whatever DEV is (the GPU opts are tested on GPU devices below)."""
+  """Tensors are built on the CPU whatever DEV is: the tests here are about CPU kernels, except the GPU ones, which
+  name their device."""
   saved, Device.DEFAULT = Device.DEFAULT, "CPU"
   yield
   Device.DEFAULT = saved
 
 
-@pytest.mark.usefixtures("on_cpu")
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_every_single_opt_matches_plain_loops(name):
   t = PROGRAMS[name]()
@@ -70,7 +70,6 @@ def test_every_single_opt_matches_plain_loops(name):
     np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5, err_msg=str(opts))
 
 
-@pytest.mark.usefixtures("on_cpu")
 @pytest.mark.parametrize("name", ["matmul", "matmul_relu_bias", "row_sum", "padded", "where_compare"])
 def test_pairs_of_opts_match_plain_loops(name):
   t = PROGRAMS[name]()
