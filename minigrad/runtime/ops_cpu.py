@@ -191,8 +191,11 @@ class CPUProgram:
     start = time.perf_counter()
     if len(parts) == 1: self.function(*buffers, *vals, *parts[0])
     else:
-      # ctypes releases the GIL during the call, so these run on all cores at once
-      for future in [_thread_pool(len(parts)).submit(self.function, *buffers, *vals, *part) for part in parts]: future.result()
+      # ctypes releases the GIL during the call, so these run on all cores at once; the calling thread takes the
+      # first part itself (one thread hand-off fewer per launch)
+      futures = [_thread_pool(len(parts) - 1).submit(self.function, *buffers, *vals, *part) for part in parts[1:]]
+      self.function(*buffers, *vals, *parts[0])
+      for future in futures: future.result()
     return time.perf_counter() - start if wait else None
 
   def __del__(self) -> None:
