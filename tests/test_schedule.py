@@ -172,7 +172,7 @@ def test_deep_elementwise_graph():
 def test_a_reduce_feeding_a_side_reduce_gets_its_own_kernel():
   a, b = fresh(16, 8), fresh(8, 32)
   out = (Tensor(a) @ Tensor(b)).softmax(-1)   # the matmul is read by the row max and sum loops too: not fused into them
-  assert count_kernels(out) == 2
+  assert count_kernels(out) == (2 if out.device in ("CPU", "LLVM") else 4)   # GPU-shaped: no side reduces (max, sum, divide)
   e = np.exp(a @ b - (a @ b).max(-1, keepdims=True))
   np.testing.assert_allclose(out.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
 
