@@ -215,3 +215,12 @@ def test_widest_lanes_win_over_more_contiguous_buffers():
   program = get_kernel(item.ast, "CPU")
   assert "float_v16 acc" in program.source and "float_v2" not in program.source
   np.testing.assert_allclose(t.numpy(), (g * (h + b > 0)).T @ x, rtol=1e-4, atol=1e-4)
+
+
+def test_transposing_copy_takes_lanes_along_the_contiguous_input():
+  x = arr(48, 64)
+  t = (Tensor(x).T * 1.0).contiguous()   # output contiguous along x's rows: the loads would gather
+  (item,) = t.schedule()
+  program = get_kernel(item.ast, "CPU")
+  assert "float_v16 val" in program.source and "[15]" in program.source   # vector loads, stores lane by lane
+  np.testing.assert_array_equal(t.numpy(), x.T)

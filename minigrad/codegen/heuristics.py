@@ -7,7 +7,8 @@ Input: a fresh `Kernel`. Output: the same kernel with `apply_opt` called for the
 The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-512):
   1. lanes: the output dim that is contiguous in memory becomes 16 (or 8, 4, 2) SIMD lanes, when every buffer
      reads the new lane dim contiguously or not at all. Padding is fine: a load whose validity changes
-     across the lanes becomes a masked vector load.
+     across the lanes becomes a masked vector load. An elementwise kernel that transposes takes its lanes along
+     the input's contiguous dim instead, and writes them one by one.
   2. register tile, in a reduce kernel with lanes: up to 16 accumulators (of 32 registers; 8 or more keep both
      FMA units busy through their 4-cycle latency) from more vectors along the lane dim, rows of a dim the
      vector loads don't depend on (a matmul's rows, a convolution's output channels) and another output dim
@@ -75,10 +76,15 @@ def _trial(k: Kernel, opt: Opt) -> Kernel | None:
   return trial
 
 
-def _lanes_fit(k: Kernel, opt: Opt) -> bool:
-  """After `opt`, is the new (last) dim read contiguously or not at all by every buffer?"""
+def _lanes_fit(k: Kernel, opt: Opt, scattered_output: bool = False) -> bool:
+  """After `opt`, is the new (last) dim read contiguously or not at all by every buffer (with `scattered_output`:
+  by every input, one of them contiguously; the output is then written lane by lane)?"""
   trial = _trial(k, opt)
-  return trial is not None and all(stride in (0, 1) for stride in _strides(trial, trial.shape_len - 1))
+  if trial is None: return False
+  strides = [(st is trial.output_st, stride) for st, stride in zip(trial.sts, _strides(trial, trial.shape_len - 1))]
+  if not scattered_output: return all(stride in (0, 1) for _, stride in strides)
+  inputs = [stride for is_output, stride in strides if not is_output]
+  return all(stride in (0, 1) for stride in inputs) and 1 in inputs
 
 
 def hand_coded_optimizations(k: Kernel) -> None:
@@ -101,6 +107,11 @@ def hand_coded_optimizations(k: Kernel) -> None:
     k.apply_opt(Opt("UPCAST", globals_.index(axis), width))
     if has_reduce: _register_tile(k, lane_remainder=axis if size > width else None)   # the rest of the split dim stays at `axis`
     return
+  # 1b. a transposing copy: lanes along the dim the input reads contiguously, the output written lane by lane
+  if not has_reduce:
+    for axis in reversed(globals_):
+      width = next((w for w in widths if _lanes_fit(k, Opt("UPCAST", globals_.index(axis), w), scattered_output=True)), None)
+      if width is not None: return k.apply_opt(Opt("UPCAST", globals_.index(axis), width))
   # 5. row reductions: lanes from a contiguous reduce dim, summed across at the end; 4 vectors per loop trip
   reduces = k.axes_of("reduce")
   for axis in reversed(reduces):

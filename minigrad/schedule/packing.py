@@ -85,8 +85,10 @@ def _packing_plan(item, load: UOp):
 
 
 def _copy_ast(dtype, pack_view: ShapeTracker, panels: View) -> UOp:
-  source = UOp(Ops.LOAD, dtype, (UOp(Ops.DEFINE_GLOBAL, dtype.ptr(), (), 1), UOp(Ops.VIEW, arg=pack_view)))
-  store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, dtype.ptr(), (), 0), UOp(Ops.VIEW, arg=ShapeTracker((panels,))), source))
+  """The copy loops over k outermost (then panel, then column): b is read row by row, in order."""
+  order = (1, 0, 2)
+  source = UOp(Ops.LOAD, dtype, (UOp(Ops.DEFINE_GLOBAL, dtype.ptr(), (), 1), UOp(Ops.VIEW, arg=pack_view.permute(order))))
+  store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, dtype.ptr(), (), 0), UOp(Ops.VIEW, arg=ShapeTracker((panels,)).permute(order)), source))
   return UOp(Ops.SINK, dtypes.void, (store,))
 
 
