@@ -224,3 +224,13 @@ def test_transposing_copy_takes_lanes_along_the_contiguous_input():
   program = get_kernel(item.ast, "CPU")
   assert "float_v16 val" in program.source and "[15]" in program.source   # vector loads, stores lane by lane
   np.testing.assert_array_equal(t.numpy(), x.T)
+
+
+def test_big_matmul_is_blocked_for_the_l2_cache():
+  a, b = arr(512, 512), arr(512, 1024)   # a: 1 MB, more than one L2 block of rows
+  t = Tensor(a) @ Tensor(b)
+  pack, product = t.schedule()
+  opts = get_kernel(product.ast, "CPU").kernel.applied_opts
+  # blocks of 32 row tiles (32 x 8 rows x 512 floats = 512 KB) outermost, then the column panels, then a block's tiles
+  assert opts == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 8), Opt("LOCAL", 0, 32)], opts
+  np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
