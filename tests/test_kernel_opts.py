@@ -203,7 +203,7 @@ def test_dot_product_kernels_get_a_register_tile():
   (item,) = t.schedule()
   program = get_kernel(item.ast, "CPU")
   # lanes along the reduce dim, a 4x4 tile of outputs shares each loaded vector: 16 vector accumulators
-  assert program.kernel.applied_opts == [Opt("UNROLL", 0, 16), Opt("UPCAST", 1, 4), Opt("UPCAST", 0, 4)]
+  assert program.kernel.applied_opts == [Opt("UNROLL", 0, 16), Opt("UPCAST", 0, 4), Opt("UPCAST", 1, 4)]
   assert "float_v16 acc15 " in program.source and "acc16" not in program.source
   np.testing.assert_allclose(t.numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
 
@@ -234,3 +234,15 @@ def test_big_matmul_is_blocked_for_the_l2_cache():
   # blocks of 32 row tiles (32 x 8 rows x 512 floats = 512 KB) outermost, then the column panels, then a block's tiles
   assert opts == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 8), Opt("LOCAL", 0, 32)], opts
   np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_tile_shares_window_rows_and_counts_masked_loads():
+  x, w = arr(2, 16, 16, 16), arr(16, 16, 3, 3)
+  t = Tensor(x).conv2d(Tensor(w), padding=1)
+  (item,) = t.schedule()
+  opts = get_kernel(item.ast, "CPU").kernel.applied_opts
+  # 16 lanes along x, 4 output channels x 4 output rows (their 3x3 windows share 6 input rows), the window unrolled
+  assert opts == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 4), Opt("UPCAST", 2, 4), Opt("UNROLL", 2, 3), Opt("UNROLL", 1, 3)], opts
+  import torch
+  expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+  np.testing.assert_allclose(t.numpy(), expected, rtol=1e-4, atol=1e-4)

@@ -14,7 +14,7 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
      vector loads don't depend on (a matmul's rows, a convolution's output channels) and another output dim
      (a convolution's output rows). Of the candidates, the one with the fewest loads per multiply-add in a
      trip of the reduce loop wins; loads whose indices coincide count once, so a 3x3 window's overlapping
-     input rows are shared between output rows.
+     input rows are shared between output rows, and masked loads (padding) count 3.
   3. short reduce dims (a 3x3 window) are unrolled whole when a longer reduce loop remains: more independent
      work per loop trip, shared loads, and the masks of padded loads stop depending on the loop.
   4. loop order, in a matrix product: the output dim the biggest per-tile input doesn't depend on runs
@@ -43,6 +43,7 @@ TILE_ROWS = (1, 2, 4, 8)   # register tile rows tried
 MAX_ACCUMULATORS = 16      # of the 32 vector registers, half hold accumulators
 MAX_UNROLLED_REDUCE = 4    # reduce dims up to this size are unrolled whole
 ROW_UNROLL = 4             # vectors per loop trip in a row reduction: a shorter chain through the accumulator
+MASKED_LOAD_COST = 3       # a padded vector load: its lane mask and the masked load (measured: conv tiles rank right)
 L2_BLOCK_BYTES = 512 << 10  # a block of matmul rows kept in the (2 MB) L2 cache while the column panels go by
 
 
@@ -154,7 +155,9 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
   dims: a matmul's rows, a convolution's output channels and rows. Applies nothing (and returns False) unless
   the best tile needs fewer than 1 - `min_reuse` loads per multiply-add."""
   globals_ = k.axes_of("global")
-  axes = [a for a in globals_ if a != lane_remainder][-2:]
+  vector_loads = [st for st in _loop_loads(k) if index_strides(st)[k.shape_len - 1] == 1]
+  # rows first (a dim the vector loads don't depend on), then the other dim: the order the tile's statements come in
+  axes = sorted([a for a in globals_ if a != lane_remainder][-2:], key=lambda a: any(index_strides(st)[a] != 0 for st in vector_loads))
   reduces = k.axes_of("reduce")
   # 3. short reduce dims (a 3x3 window) are unrolled whole, when a longer reduce loop remains
   unrolled = [a for a in reduces if k.full_shape[a] <= MAX_UNROLLED_REDUCE and any(k.full_shape[b] > MAX_UNROLLED_REDUCE for b in reduces)]
@@ -165,8 +168,7 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
     for amounts_of_axes in itertools.product(TILE_ROWS, repeat=len(axes)):
       amounts = {a: n for a, n in zip([lane_remainder] + axes, (vectors,) + amounts_of_axes) if a is not None and n > 1}
       if prod(amounts.values()) > MAX_ACCUMULATORS or any(k.full_shape[a] % n for a, n in amounts.items()): continue
-      # UPCASTs from the highest dim down, so a dim used up whole doesn't shift the ones still to split
-      opts = [Opt("UPCAST", globals_.index(a), n) for a, n in sorted(amounts.items(), reverse=True)] + unrolls
+      opts = _upcasts(globals_, [(a, amounts[a]) for a in [lane_remainder] + axes if a in amounts], k.full_shape) + unrolls
       score = _tile_cost_from_strides(k, amounts, unrolled)
       if score is None:   # an index that isn't affine in a dim before the split: count on the split kernel
         trial = k
@@ -184,6 +186,15 @@ def _loop_loads(k: Kernel) -> list[ShapeTracker]:
   """The inputs read inside the reduce loop (an input that doesn't depend on it is loaded once, before the loop)."""
   reduce_dims = [d for d in range(k.first_reduce, k.shape_len) if k.axis_kinds[d] in ("reduce", "unroll")]
   return [st for st in k.sts if st is not k.output_st and any(index_strides(st)[d] != 0 for d in reduce_dims)]
+
+
+def _upcasts(globals_: list[int], splits: list[tuple[int, int]], shape: tuple[int, ...]) -> list[Opt]:
+  """UPCAST opts for (dim, amount) splits in this order; a dim used up whole disappears, moving the later ones down."""
+  opts, gone = [], []
+  for axis, amount in splits:
+    opts.append(Opt("UPCAST", globals_.index(axis) - sum(1 for g in gone if g < axis), amount))
+    if shape[axis] == amount: gone.append(axis)
+  return opts
 
 
 def _count_loads(tile: list[tuple[int | None, int]]) -> int:
@@ -205,8 +216,23 @@ def _tile_cost_from_strides(k: Kernel, upcasts: dict[int, int], unrolled: list[i
     strides = index_strides(st)
     tile = [(strides[a], n) for a, n in upcasts.items()] + [(strides[a], k.full_shape[a]) for a in unrolled]
     if any(stride is None for stride, _ in tile): return None
-    loads += _count_loads(tile)
+    loads += _count_loads(tile) * _load_cost(st, k.shape_len - 1)
   return (loads / fmas, -accumulators)
+
+
+def _load_cost(st: ShapeTracker, lane_dim: int) -> int:
+  """A vector load whose lanes are valid one by one (padding along the lanes) costs a mask and a masked load."""
+  return MASKED_LOAD_COST if lane_dim in valid_dims(st) else 1
+
+
+@functools.lru_cache(maxsize=4096)
+def valid_dims(st: ShapeTracker) -> frozenset[int]:
+  """The dims the validity (padding mask) of `st` depends on."""
+  if all(view.mask is None for view in st.views): return frozenset()
+  variables = [UOp.variable(f"idx{d}", 0, max(size - 1, 0)) for d, size in enumerate(st.shape)]
+  _, valid = st.to_indexed_uops(variables)
+  nodes = set(valid.toposort)
+  return frozenset(d for d, variable in enumerate(variables) if variable in nodes)
 
 
 def _tile_cost(k: Kernel) -> tuple[float, int]:
@@ -216,7 +242,7 @@ def _tile_cost(k: Kernel) -> tuple[float, int]:
   tile_dims = [d for d in range(lanes + 1, k.shape_len)]
   accumulators = prod(k.full_shape[d] for d in tile_dims if k.axis_kinds[d] == "upcast")
   fmas = accumulators * prod(k.full_shape[d] for d in tile_dims if k.axis_kinds[d] == "unroll")
-  loads = sum(_count_loads([(index_strides(st)[d], k.full_shape[d]) for d in tile_dims]) for st in _loop_loads(k))
+  loads = sum(_count_loads([(index_strides(st)[d], k.full_shape[d]) for d in tile_dims]) * _load_cost(st, lanes) for st in _loop_loads(k))
   return (loads / fmas, -accumulators)
 
 
