@@ -5,8 +5,9 @@
   python -m minigrad.bench --runs 15           # more timed runs each
 
 Input: nothing but the machine. Output: one line per benchmark with the median rate of minigrad, numpy and torch
-and minigrad's ratios to them. The runs of minigrad, numpy and torch alternate, so a slow moment on a shared
-machine hits all of them; each figure is the median of >= 7 timed runs after warm-up. minigrad runs are
+and minigrad's ratios to them. Each figure is the median of >= 7 timed runs after warm-up; each library runs its
+runs in a block of its own, after a pause (numpy's and torch's threads spin for a while after a call and would
+slow the next library down). The header shows the load average: on a busy machine the figures are unreliable. minigrad runs are
 synchronized (the result is realized) and the compile happens during warm-up: the graph is scheduled once and
 its kernels run each time, as a captured (JIT) step would. Rates count what the op must do at least: GFLOPS for
 matmul/conv (2*M*N*K), GB/s as one read of each input plus one write of the output. The MLP training step comes
@@ -50,17 +51,23 @@ def minigrad_run(build: Callable[[], Tensor]) -> Callable[[], object]:
   return lambda: run_schedule(items)
 
 
+IDLE_SECONDS = 0.5   # between two libraries' runs: numpy's and torch's worker threads spin a while after a call
+
+
 def median_seconds(runners: Runners, runs: int, warmup: int = 2) -> dict[str, float]:
-  """Median seconds of each runner over `runs` rounds; in each round every runner runs once, in turn."""
-  for run in runners.values():
+  """Median seconds of each runner over `runs` runs after `warmup` ones. Each runner runs its block alone: the
+  threads of BLAS/OpenMP libraries keep spinning after a call, and would slow whatever runs next."""
+  medians = {}
+  for name, run in runners.items():
+    time.sleep(IDLE_SECONDS)
     for _ in range(warmup): run()
-  times: dict[str, list[float]] = {name: [] for name in runners}
-  for _ in range(runs):
-    for name, run in runners.items():
+    times = []
+    for _ in range(runs):
       start = time.perf_counter()
       run()
-      times[name].append(time.perf_counter() - start)
-  return {name: statistics.median(t) for name, t in times.items()}
+      times.append(time.perf_counter() - start)
+    medians[name] = statistics.median(times)
+  return medians
 
 
 def _rates(runners: Runners, work: float, unit: str, runs: int) -> dict[str, tuple[float, str]]:
