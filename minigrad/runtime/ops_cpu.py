@@ -7,6 +7,7 @@ program class loads those bytes and calls the kernel on buffer addresses plus in
 from __future__ import annotations
 from typing import Any
 import concurrent.futures
+import itertools
 import ctypes
 import _ctypes
 import os
@@ -22,6 +23,7 @@ from minigrad.helpers import DEBUG, cache_dir, cpu_model, getenv
 from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source
 
 PARALLEL_MIN_WORK = 1 << 16   # loop iterations below which a second thread costs more than it saves
+PARTS_PER_THREAD = 4          # a split kernel's outer loop is cut into this many parts per thread, taken in turn
 ALIGNMENT = 64   # bytes; a cache line, and enough for AVX-512 aligned loads
 
 
@@ -182,19 +184,25 @@ class CPUProgram:
                work: int = 0) -> float | None:
     """Run the kernel. With `outer_loop=n` the kernel takes (core_start, core_end) after `vals`; when the
     kernel's `work` (loop iterations in all) is big enough to pay for it, the n iterations of its outermost
-    loop are split into contiguous parts, one per thread."""
-    threads = cpu_threads() if work >= PARALLEL_MIN_WORK else 1
-    parts = [()] if outer_loop is None else [(outer_loop * i // threads, outer_loop * (i + 1) // threads) for i in range(max(1, min(threads, outer_loop)))]
+    loop are cut into contiguous parts (PARTS_PER_THREAD per thread) that the threads take in turn."""
+    threads = min(cpu_threads() if work >= PARALLEL_MIN_WORK else 1, outer_loop or 1)
+    count = 1 if outer_loop is None or threads == 1 else min(outer_loop, threads * PARTS_PER_THREAD)
+    parts = [()] if outer_loop is None else [(outer_loop * i // count, outer_loop * (i + 1) // count) for i in range(count)]
     self._set_signature(len(buffers), len(vals) + len(parts[0]))
     for value in vals:
       if not -2**31 <= value < 2**31: raise OverflowError(f"kernel {self.name}: value {value} does not fit a C int")
     start = time.perf_counter()
     if len(parts) == 1: self.function(*buffers, *vals, *parts[0])
     else:
-      # ctypes releases the GIL during the call, so these run on all cores at once; the calling thread takes the
-      # first part itself (one thread hand-off fewer per launch)
-      futures = [_thread_pool(len(parts) - 1).submit(self.function, *buffers, *vals, *part) for part in parts[1:]]
-      self.function(*buffers, *vals, *parts[0])
+      # ctypes releases the GIL during the call, so the threads run at once. Each takes the next part when it is
+      # done with one, so a thread slowed down by another process on its core doesn't hold the others up; the
+      # calling thread works too (one thread hand-off fewer per launch)
+      next_part = itertools.count()   # next() on it is atomic under the GIL
+
+      def work_on_parts() -> None:
+        while (i := next(next_part)) < len(parts): self.function(*buffers, *vals, *parts[i])
+      futures = [_thread_pool(threads - 1).submit(work_on_parts) for _ in range(threads - 1)]
+      work_on_parts()
       for future in futures: future.result()
     return time.perf_counter() - start if wait else None
 
