@@ -2,7 +2,9 @@
 
 Input: lowered loop code (a SINK) with at most one RANGE whose kind is "vector", of width W. Output: the same
 code without that range, where every value that depended on it is either
-  - a vector op (dtype float32.vec(W) ...): contiguous LOADs/STOREs, + * / negation, casts, ADD/MUL reduces, or
+  - a vector op (dtype float32.vec(W), int32.vec(W) ...): contiguous LOADs/STOREs (a load whose lanes are valid
+    one by one, padding, becomes a masked load), arithmetic, int32 bit ops, compares giving masks, selects,
+    casts, bitcasts, trunc and math functions, ADD/MUL/MAX reduces, or
   - W scalar copies, one per lane (the lane index substituted as a constant), gathered with VECTORIZE when a
     vector is needed and read back with GEP when a scalar is.
 Which one is decided per node, so a matmul's inner loop becomes one vector load and W-wide multiply-adds
