@@ -9,6 +9,7 @@ import math
 import os
 import pathlib
 import platform
+import tempfile
 
 
 @functools.cache
@@ -75,3 +76,21 @@ def colored(text: str, color: str | None) -> str:
 def to_tuple(shape: Any) -> tuple[int, ...]:
   if isinstance(shape, int): return (shape,)
   return tuple(int(s) for s in shape)
+
+
+def atomic_write(path: pathlib.Path, data: bytes, what: str) -> None:
+  """Write `data` to `path` atomically (a temp file in the same directory, then os.replace), for the disk caches.
+  Failing to write a cache is not an error: at DEBUG>=1 it says so, naming `what` cache it was."""
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+      with os.fdopen(fd, "wb") as f: f.write(data)
+      os.replace(tmp_name, path)
+    except BaseException:
+      try: os.unlink(tmp_name)
+      except OSError: pass
+      raise
+  except OSError as e:
+    if DEBUG >= 1: print(f"{what} cache: could not write {path}: {e}")
+

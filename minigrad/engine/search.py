@@ -36,7 +36,6 @@ import os
 import pathlib
 import random
 import sys
-import tempfile
 import time
 import numpy as np
 from tqdm import tqdm
@@ -45,7 +44,7 @@ from minigrad.codegen.kernel import Kernel, Opt
 from minigrad.codegen.search import ast_key, child_kernels, kernel_signature
 from minigrad.dtype import DType, dtypes, to_numpy
 from minigrad.engine.realize import CompiledKernel, load_kernel, new_kernel, render_kernel
-from minigrad.helpers import DEBUG, cache_dir, getenv
+from minigrad.helpers import DEBUG, atomic_write, cache_dir, getenv
 from minigrad.runtime.device import Buffer, Device
 from minigrad.uop.ops import UOp, Ops
 
@@ -106,18 +105,7 @@ def read_cached(path: pathlib.Path, ast: UOp, device: str) -> list[Opt] | None:
 def write_cached(path: pathlib.Path, ast: UOp, opts: list[Opt]) -> None:
   """Write atomically (a temp file in the same directory, then os.replace). Failing to cache is not an error."""
   entry = {"version": CACHE_VERSION, "opts": [[o.op, o.axis, o.amount] for o in opts], "ast": ast_key(ast)}
-  try:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-      with os.fdopen(fd, "w") as f: json.dump(entry, f)
-      os.replace(tmp_name, path)
-    except BaseException:
-      try: os.unlink(tmp_name)
-      except OSError: pass
-      raise
-  except OSError as e:
-    if DEBUG >= 1: print(f"BEAM cache: could not write {path}: {e}")
+  atomic_write(path, json.dumps(entry).encode(), "BEAM")
 
 
 # ---------------------------------------------------------------- scratch buffers

@@ -11,11 +11,10 @@ import hashlib
 import importlib
 import os
 import pathlib
-import tempfile
 import threading
 import numpy as np
 from minigrad.dtype import DType, dtypes, to_numpy
-from minigrad.helpers import DEBUG, cache_dir
+from minigrad.helpers import DEBUG, atomic_write, cache_dir
 
 DEVICE_NAMES: tuple[str, ...] = ("CPU", "LLVM", "CL", "CUDA", "PYTHON")
 
@@ -210,19 +209,7 @@ def _read_cache_entry(path: pathlib.Path) -> bytes | None:
 
 
 def _write_cache_entry(path: pathlib.Path, binary: bytes) -> None:
-  """Write atomically: a temp file in the same directory, then os.replace. Failure to cache is not an error."""
-  try:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-      with os.fdopen(fd, "wb") as f: f.write(_CACHE_MAGIC + hashlib.sha256(binary).digest() + binary)
-      os.replace(tmp_name, path)
-    except BaseException:
-      try: os.unlink(tmp_name)
-      except OSError: pass
-      raise
-  except OSError as e:
-    if DEBUG >= 1: print(f"compiler cache: could not write {path}: {e}")
+  atomic_write(path, _CACHE_MAGIC + hashlib.sha256(binary).digest() + binary, "compiler")
 
 
 # ---------------------------------------------------------------- devices
