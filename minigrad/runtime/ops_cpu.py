@@ -94,7 +94,7 @@ def find_c_compiler(cc: str | None = None) -> tuple[list[str], str]:
   raise RuntimeError(f"no working C compiler for the CPU device (tried {tried}): {hint}")
 
 
-def _has_libmvec() -> bool:
+def has_libmvec() -> bool:
   import ctypes.util
   return platform.machine() == "x86_64" and ctypes.util.find_library("mvec") is not None
 
@@ -107,7 +107,7 @@ class CCompiler(Compiler):
     self.argv, self.version = find_c_compiler(cc)
     self.flags = CFLAGS
     # libm, and glibc's SIMD math library (libmvec) when it is there: kernels call its vector exp2f/log2f/sinf
-    self.libraries = ["-lm"] + (["-lmvec"] if _has_libmvec() else [])
+    self.libraries = ["-lm"] + (["-lmvec"] if has_libmvec() else [])
     self.timeout_s = timeout_s
     super().__init__(f"{shlex.join(self.argv)} [{self.version}] {' '.join(self.flags + tuple(self.libraries))} cpu={_host_cpu_id()}")
 

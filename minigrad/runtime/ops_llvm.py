@@ -17,7 +17,7 @@ import tempfile
 import threading
 from minigrad.helpers import DEBUG
 from minigrad.runtime.device import Compiled, CompileError, Compiler, numbered_source
-from minigrad.runtime.ops_cpu import CPUAllocator, CPUProgram, find_c_compiler, _has_libmvec
+from minigrad.runtime.ops_cpu import CPUAllocator, CPUProgram, find_c_compiler, has_libmvec
 from minigrad.codegen.llvm_renderer import LLVMRenderer
 
 try:
@@ -49,7 +49,7 @@ class LLVMCompiler(Compiler):
     self.linker, linker_version = find_c_compiler()
     enabled = {f[1:] for f in self.features.split(",") if f.startswith("+")}
     self.libmvec_widths = {width: letter for width, (letter, feature) in LIBMVEC_VARIANTS.items()
-                           if feature in enabled} if _has_libmvec() else {}
+                           if feature in enabled} if has_libmvec() else {}
     self.libraries = ["-lm"] + (["-lmvec"] if self.libmvec_widths else [])
     super().__init__(f"llvmlite {llvmlite.__version__} LLVM {'.'.join(map(str, llvm.llvm_version_info))} O{opt_level} "
                      f"triple={self.target_machine.triple} cpu={self.cpu_name} features={self.features} "
