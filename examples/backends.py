@@ -17,8 +17,7 @@ from minigrad import Tensor, Device
 from minigrad.runtime.device import DEVICE_NAMES
 from minigrad.codegen.kernel import Kernel
 from minigrad.codegen.heuristics import hand_coded_optimizations
-from minigrad.codegen.lowerer import lower
-from minigrad.codegen.linearizer import linearize
+from minigrad.codegen.linearizer import linearize_for
 
 # the renderer of each device, importable even where the device can't open (CUDA without a GPU)
 RENDERERS = {"CPU": ("minigrad.codegen.c_renderer", "CRenderer"), "LLVM": ("minigrad.codegen.llvm_renderer", "LLVMRenderer"),
@@ -27,10 +26,9 @@ RENDERERS = {"CPU": ("minigrad.codegen.c_renderer", "CRenderer"), "LLVM": ("mini
 
 def render(ast, renderer) -> str:
   """The source `renderer` gets for `ast` with the default optimizations of its kind of device."""
-  gpu = getattr(renderer, "has_local", False)
-  kernel = Kernel(ast, has_local=gpu)
+  kernel = Kernel(ast, has_local=getattr(renderer, "has_local", False))
   hand_coded_optimizations(kernel)
-  uops = linearize(lower(kernel, threaded=getattr(renderer, "threaded_outer_loop", False), vector_lanes=getattr(renderer, "vector_lanes", False), gpu=gpu))
+  uops = linearize_for(kernel, renderer)
   return f"// {kernel.name}: dims {kernel.full_shape} ({', '.join(kernel.axis_kinds)}), opts {kernel.applied_opts}\n" + \
          renderer.render(kernel.name, uops)
 

@@ -9,8 +9,10 @@ a reduce opens its loops, everything the reduce's body needs that does not depen
 emitted outside them, so loop-invariant values are computed once and stay in scope after the loop.
 """
 from __future__ import annotations
+from typing import Any, TYPE_CHECKING
 from minigrad.dtype import dtypes
 from minigrad.uop.ops import UOp, Ops, reduce_identity, toposort
+if TYPE_CHECKING: from minigrad.codegen.kernel import Kernel
 
 
 def _ranges_of(sink: UOp) -> dict[UOp, frozenset[UOp]]:
@@ -122,3 +124,12 @@ def linearize(sink: UOp) -> list[UOp]:
   for rng in reversed(global_ranges):
     emitter.out.append(UOp(Ops.ENDRANGE, dtypes.void, (emitter.emitted[rng],)))
   return emitter.out
+
+
+def linearize_for(kernel: "Kernel", renderer: Any) -> list[UOp]:
+  """Lower and linearize `kernel` in the shape `renderer` asks for: CPU loops (threaded outer loop, SIMD lanes) or,
+  for renderers with `has_local`, GPU workgroup/thread ids."""
+  from minigrad.codegen.lowerer import lower
+  return linearize(lower(kernel, threaded=getattr(renderer, "threaded_outer_loop", False),
+                         vector_lanes=getattr(renderer, "vector_lanes", False), gpu=getattr(renderer, "has_local", False)))
+

@@ -18,8 +18,7 @@ from minigrad.uop.ops import UOp, Ops, GroupOp, pretty
 from minigrad.schedule.scheduler import ScheduleItem, mark_realized
 from minigrad.codegen.kernel import Kernel, Opt
 from minigrad.codegen.heuristics import hand_coded_optimizations
-from minigrad.codegen.lowerer import lower
-from minigrad.codegen.linearizer import linearize
+from minigrad.codegen.linearizer import linearize_for
 from minigrad.runtime.device import Buffer, Device
 from minigrad.engine.memory import MemoryPlan, plan_memory
 
@@ -130,9 +129,7 @@ def render_kernel(kernel: Kernel, device: str, verbose: bool = True) -> tuple[li
   if verbose and DEBUG >= 3:
     print(pretty(kernel.ast))
     print(f"{kernel.name}: full shape {kernel.full_shape} ({', '.join(kernel.axis_kinds)}), applied opts {kernel.applied_opts}")
-  lowered = lower(kernel, threaded=getattr(dev.renderer, "threaded_outer_loop", False), vector_lanes=getattr(dev.renderer, "vector_lanes", False),
-                  gpu=getattr(dev.renderer, "has_local", False))
-  uops = linearize(lowered)
+  uops = linearize_for(kernel, dev.renderer)
   if verbose and DEBUG >= 5:
     for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype.name:8s} {u.arg if u.op is not Ops.CONST else u.arg!r}")
   source = dev.renderer.render(kernel.name, uops)

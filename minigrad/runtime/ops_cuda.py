@@ -100,12 +100,11 @@ def render_for_cuda(ast: Any) -> str:
 def _render_for_cuda(ast: Any) -> tuple[str, str]:
   from minigrad.codegen.kernel import Kernel
   from minigrad.codegen.heuristics import hand_coded_optimizations
-  from minigrad.codegen.lowerer import lower
-  from minigrad.codegen.linearizer import linearize
+  from minigrad.codegen.linearizer import linearize_for
   from minigrad.codegen.cuda_renderer import CUDARenderer
-  kernel = Kernel(ast, has_local=True)
+  kernel, renderer = Kernel(ast, has_local=True), CUDARenderer()
   if not NOOPT: hand_coded_optimizations(kernel)
-  return kernel.name, CUDARenderer().render(kernel.name, linearize(lower(kernel, threaded=False, vector_lanes=False, gpu=True)))
+  return kernel.name, renderer.render(kernel.name, linearize_for(kernel, renderer))
 
 
 def compile_only(ast: Any) -> None:
