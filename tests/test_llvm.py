@@ -300,14 +300,14 @@ def test_mlp_training_step_matches_torch():
 # ---------------------------------------------------------------- runtime: threads, gated stores, errors
 
 def test_big_kernel_splits_its_outer_loop_over_threads(monkeypatch):
-  monkeypatch.setattr(ops_cpu, "cpu_threads", lambda: 3)   # 3 parts that don't divide the loop evenly
-  pools: list[int] = []
-  real_pool = ops_cpu._thread_pool
-  monkeypatch.setattr(ops_cpu, "_thread_pool", lambda size: pools.append(size) or real_pool(size))
+  monkeypatch.setattr(ops_cpu, "cpu_threads", lambda: 3)   # 12 parts that don't divide the loop evenly
+  lists: list[list] = []
+  real_list = ops_cpu.LaunchList
+  monkeypatch.setattr(ops_cpu, "LaunchList", lambda launches: lists.append(launches) or real_list(launches))
   x = np.random.default_rng(7).standard_normal((1000, 131)).astype(np.float32)   # 131000 > PARALLEL_MIN_WORK iterations
   t = (Tensor(x) * 2).exp() + Tensor(x).T.sum(0).reshape(1000, 1)
   np.testing.assert_allclose(t.numpy(), np.exp(x * 2) + x.sum(1, keepdims=True), rtol=1e-5, atol=1e-5)
-  assert 2 in pools   # 3 parts: the launching thread runs the first, the pool the other two
+  assert 3 * ops_cpu.PARTS_PER_THREAD in [parts for launches in lists for _, _, _, parts in launches]
 
 
 def _program(name: str, uops: list[UOp]):

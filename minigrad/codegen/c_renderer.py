@@ -192,7 +192,16 @@ class CRenderer:
           line(f"{self.type_name(u.dtype)} {names[u]} = {_strip(expr)};")
     header = self.kernel_header(name, globals_, written, [u for u in uops if u.op is Ops.DEFINE_VAR])
     if streamed: lines += ["#if defined(__x86_64__)", "  _mm_sfence();   /* streaming stores are visible to other threads once the kernel returns */", "#endif"]
-    return "\n".join(self.prelude(uops) + [header + " {"] + lines + ["}"]) + "\n"
+    return "\n".join(self.prelude(uops) + [header + " {"] + lines + ["}"] + self.entry_point(name, globals_, written, uops)) + "\n"
+
+  def entry_point(self, name: str, globals_: list[UOp], written: set[int], uops: list[UOp]) -> list[str]:
+    """`<name>_entry(bufs, core_start, core_end)`: the one signature the CPU thread pool calls every kernel by
+    (minigrad/runtime/cpu_pool.c); the buffers come as an array of addresses, in the order of the kernel's."""
+    if not self.threaded_outer_loop: return []
+    args = [f"({'' if g.arg in written else 'const '}{self.type_name(g.dtype.base)}*)bufs[{i}]" for i, g in enumerate(globals_)]
+    args += [u.arg[0] for u in uops if u.op is Ops.DEFINE_VAR]
+    return [f"void {name}_entry(void *const *bufs, const int core_start, const int core_end) {{",
+            *(["  (void)bufs;"] if not globals_ else []), f"  {name}({', '.join(args)});", "}"]
 
   def prelude(self, uops: list[UOp]) -> list[str]:
     """What the source needs before the kernel function: includes, type definitions, helper functions."""

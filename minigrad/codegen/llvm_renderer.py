@@ -171,8 +171,21 @@ class _FunctionWriter:
     if self.zeros_size: out.append(f"@zeros = private unnamed_addr constant [{self.zeros_size} x i8] zeroinitializer, align 64")
     out += sorted(self.declarations)
     out.append(f"define void @{_symbol(self.name)}({', '.join(params)}) #0 {{")
-    out += ["entry:"] + self.entry_lines + self.lines + ["  ret void", "}", f"attributes #0 = {{ {attributes} }}"]
+    out += ["entry:"] + self.entry_lines + self.lines + ["  ret void", "}"] + self.entry_point(params)
+    out.append(f"attributes #0 = {{ {attributes} }}")
     return "\n".join(out) + "\n"
+
+  def entry_point(self, params: list[str]) -> list[str]:
+    """`<name>_entry(bufs, core_start, core_end)`: the one signature the CPU thread pool calls every kernel by
+    (minigrad/runtime/cpu_pool.c); the buffers come as an array of addresses, in the order of the kernel's."""
+    lines, args = [f"define void @{_symbol(self.name + '_entry')}(ptr %bufs, i32 %core_start, i32 %core_end) #0 {{", "entry:"], []
+    for i, param in enumerate(params):
+      if param.startswith("i32 "):
+        args.append(param)
+        continue
+      lines += [f"  %slot{i} = getelementptr inbounds ptr, ptr %bufs, i64 {i}", f"  %buf{i} = load ptr, ptr %slot{i}"]
+      args.append(f"ptr %buf{i}")
+    return lines + [f"  call void @{_symbol(self.name)}({', '.join(args)})", "  ret void", "}"]
 
   def render_uop(self, u: UOp) -> None:
     op = u.op

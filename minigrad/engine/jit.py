@@ -52,7 +52,7 @@ from typing import Any, Callable, Hashable
 import functools
 import gc
 import weakref
-from minigrad.helpers import DEBUG, ContextVar
+from minigrad.helpers import DEBUG, ContextVar, GlobalCounters
 from minigrad.dtype import DType, dtypes
 from minigrad.uop.ops import UOp, Ops
 from minigrad.schedule.scheduler import buffer_view
@@ -60,6 +60,7 @@ from minigrad.runtime.device import Buffer, Device
 from minigrad.engine import realize
 from minigrad.engine.realize import CompiledKernel, buffer_of, launch
 from minigrad.engine.memory import plan_memory
+from minigrad.runtime.cpu_pool import LaunchList
 from minigrad.tensor import Tensor
 from minigrad.tensor_create import random_key_buffers, random_keys
 
@@ -311,6 +312,7 @@ class CapturedCall:
         self.buffers[slot] = buffer_of(node).allocate()
     # a carried tensor whose value before the call shared a slot with another one must still share it
     self.alias_checks = [(slot, j) for j, slot in enumerate(recording.state_reads) if slot is not None and self.kinds[slot] != ("state", j)]
+    self.launch_list: LaunchList | bool | None = None   # all kernels as one CPU thread-pool call (built at the first replay)
     self.memory = plan_memory([slots for _, slots in self.launches], temps)
     for slot, pooled in self.memory.buffers.items(): self.buffers[slot] = pooled.allocate()
     if DEBUG >= 1:
@@ -335,7 +337,8 @@ class CapturedCall:
     counter = Tensor._rng_counter
     for slot, offset, streams in self.random: table[slot].copyin(random_keys(Tensor._seed, counter + offset, streams))
     Tensor._rng_counter = counter + self.rng_advance
-    for kernel, slots in self.launches: launch(kernel, [table[s] for s in slots])
+    if DEBUG >= 1 or not self._run_as_one_list(table):
+      for kernel, slots in self.launches: launch(kernel, [table[s] for s in slots])
 
     def node_of(slot: int) -> UOp:
       kind = self.kinds[slot]
@@ -354,6 +357,28 @@ class CapturedCall:
         base = node_of(slot)
         leaves.append(Tensor(base if view is None else UOp(Ops.VIEW, dtype, (base,), view)))
     return _unflatten(self.structure, iter(leaves))
+
+  def _run_as_one_list(self, table: list[Buffer]) -> bool:
+    """Run every kernel with one call into the CPU thread pool, when all of them are CPU kernels (False: they
+    aren't, nothing ran). The list is built at the first replay; later ones only rewrite the buffer addresses of
+    arguments, carried tensors and fresh results, the slots that change from call to call."""
+    if self.launch_list is None:
+      entries = [kernel.pool_launch([table[s] for s in slots]) for kernel, slots in self.launches]
+      if any(entry is None for entry in entries):
+        self.launch_list = False
+        return False
+      variable = {slot for slot, _ in self.input_slots + self.state_slots} | {slot for slot, _ in self.fresh}
+      self.variable_args = [(i, arg, slots[j]) for i, (kernel, slots) in enumerate(self.launches)
+                            for arg, j in enumerate(kernel.buffer_args) if slots[j] in variable]
+      self.launch_list = LaunchList(entries)
+      self.counts = (sum(kernel.flops for kernel, _ in self.launches), sum(table[s].nbytes for _, slots in self.launches for s in slots))
+    if self.launch_list is False: return False
+    for i, arg, slot in self.variable_args: self.launch_list.set_buffer(i, arg, table[slot].opaque)
+    self.launch_list.run()
+    GlobalCounters.kernel_count += len(self.launches)
+    GlobalCounters.global_ops += self.counts[0]
+    GlobalCounters.global_mem += self.counts[1]
+    return True
 
   @staticmethod
   def _current_base(t: Tensor) -> UOp:

@@ -62,10 +62,20 @@ class CompiledKernel:
       if lo < 0 or hi >= size:
         raise RuntimeError(f"internal error: kernel {self.name} indexes data{buf.arg} in [{lo}, {hi}] but the buffer has {size} elements")
 
-  def __call__(self, buffers: list[Buffer], wait: bool = False) -> float | None:
+  def _check_once(self, buffers: list[Buffer]) -> None:
     if (sizes := tuple(b.size for b in buffers)) not in self.checked_sizes:
       self.check_bounds(buffers)
       self.checked_sizes.add(sizes)
+
+  def pool_launch(self, buffers: list[Buffer]) -> tuple | None:
+    """This launch as an entry of a CPU thread-pool LaunchList (minigrad/runtime/cpu_pool.py), or None when the
+    device launches kernels its own way (GPUs, the PYTHON interpreter). `buffers` must be allocated."""
+    if getattr(self.program, "entry", None) is None: return None
+    self._check_once(buffers)
+    return self.program.launch(tuple(buffers[i].opaque for i in self.buffer_args), self.outer_loop, prod(self.kernel.full_shape))
+
+  def __call__(self, buffers: list[Buffer], wait: bool = False) -> float | None:
+    self._check_once(buffers)
     extra = {} if self.outer_loop is None else {"outer_loop": self.outer_loop, "work": prod(self.kernel.full_shape)}
     if self.launch_dims is not None: extra = {"global_size": self.launch_dims[0], "local_size": self.launch_dims[1]}
     return self.program(*[buffers[i].opaque for i in self.buffer_args], wait=wait, **extra)

@@ -6,8 +6,6 @@ program class loads those bytes and calls the kernel on buffer addresses plus in
 """
 from __future__ import annotations
 from typing import Any
-import concurrent.futures
-import itertools
 import ctypes
 import _ctypes
 import os
@@ -19,8 +17,9 @@ import subprocess
 import tempfile
 import time
 import numpy as np
-from minigrad.helpers import DEBUG, cache_dir, cpu_model, getenv
+from minigrad.helpers import DEBUG, cache_dir, cpu_model
 from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source
+from minigrad.runtime.cpu_pool import ENTRY_SUFFIX, LaunchList, cpu_threads
 
 PARALLEL_MIN_WORK = 1 << 16   # loop iterations below which a second thread costs more than it saves
 PARTS_PER_THREAD = 4          # a split kernel's outer loop is cut into this many parts per thread, taken in turn
@@ -103,9 +102,9 @@ class CCompiler(Compiler):
   """Compiles C source to a shared library (bytes) with clang/gcc in a subprocess, never for longer than
   `timeout_s` seconds."""
 
-  def __init__(self, cc: str | None = None, timeout_s: float = 120.0):
+  def __init__(self, cc: str | None = None, timeout_s: float = 120.0, extra_flags: tuple[str, ...] = ()):
     self.argv, self.version = find_c_compiler(cc)
-    self.flags = CFLAGS
+    self.flags = CFLAGS + extra_flags
     # libm, and glibc's SIMD math library (libmvec) when it is there: kernels call its vector exp2f/log2f/sinf
     self.libraries = ["-lm"] + (["-lmvec"] if has_libmvec() else [])
     self.timeout_s = timeout_s
@@ -138,7 +137,7 @@ class CCompiler(Compiler):
 
 # ---------------------------------------------------------------- running compiled kernels
 
-def _load_library(lib: bytes) -> ctypes.CDLL:
+def load_library(lib: bytes) -> ctypes.CDLL:
   """dlopen the shared-library bytes. The file is deleted once loaded (the mapping keeps the code alive).
   Falls back to the cache directory when the temp directory is mounted noexec."""
   directories = [tempfile.gettempdir(), str(cache_dir() / "tmp")]
@@ -159,17 +158,21 @@ def _load_library(lib: bytes) -> ctypes.CDLL:
 
 
 class CPUProgram:
-  """A compiled kernel: `program(*buffer_addresses, vals=(n,), wait=True)` calls `void name(void*..., int...)`.
+  """A compiled kernel: `program(*buffer_addresses, wait=True, outer_loop=n, work=w)` runs it.
 
-  ctypes releases the GIL during the call, so the same function may later be launched from a thread pool
-  with each thread's loop range as extra int arguments (see `_launch`)."""
+  Kernels rendered by minigrad also export `<name>_entry(void *const *bufs, int core_start, int core_end)`: they
+  run through the C thread pool (minigrad/runtime/cpu_pool.c), which cuts the outermost loop into parts the
+  threads take in turn. Other code (a hand-written kernel, or `vals=(n, ...)` int arguments after the buffers)
+  is called directly with ctypes, on the calling thread."""
 
   def __init__(self, name: str, lib: bytes):
     self.name = name
-    self.lib = _load_library(lib)
+    self.lib = load_library(lib)
     try: self.function = getattr(self.lib, name)
     except AttributeError: raise RuntimeError(f"the compiled library has no function named {name!r}") from None
     self.function.restype = None
+    entry = getattr(self.lib, name + ENTRY_SUFFIX, None)
+    self.entry: int | None = ctypes.cast(entry, ctypes.c_void_p).value if entry is not None else None
     self._arg_counts: tuple[int, int] | None = None   # (buffers, vals) of the first call, fixed after it
 
   def _set_signature(self, num_buffers: int, num_vals: int) -> None:
@@ -180,30 +183,30 @@ class CPUProgram:
       raise TypeError(f"kernel {self.name} takes {self._arg_counts[0]} buffers and {self._arg_counts[1]} int values, "
                       f"got {num_buffers} and {num_vals}")
 
+  def parts(self, outer_loop: int | None, work: int) -> int:
+    """Into how many parts a launch cuts its outer loop: PARTS_PER_THREAD per thread when the kernel's `work`
+    (loop iterations in all) pays for the other threads, else 1."""
+    if outer_loop is None or work < PARALLEL_MIN_WORK: return 1
+    threads = cpu_threads()
+    return 1 if threads == 1 else min(outer_loop, threads * PARTS_PER_THREAD)
+
+  def launch(self, buffers: tuple[int, ...], outer_loop: int | None, work: int) -> tuple[int, list[int], int, int]:
+    """This kernel as one entry of a LaunchList (see minigrad/runtime/cpu_pool.py)."""
+    if self.entry is None: raise RuntimeError(f"kernel {self.name} has no {self.name}{ENTRY_SUFFIX} function for the thread pool")
+    return (self.entry, list(buffers), outer_loop or 0, self.parts(outer_loop, work))
+
   def __call__(self, *buffers: Any, vals: tuple[int, ...] = (), wait: bool = False, outer_loop: int | None = None,
                work: int = 0) -> float | None:
-    """Run the kernel. With `outer_loop=n` the kernel takes (core_start, core_end) after `vals`; when the
-    kernel's `work` (loop iterations in all) is big enough to pay for it, the n iterations of its outermost
-    loop are cut into contiguous parts (PARTS_PER_THREAD per thread) that the threads take in turn."""
-    threads = min(cpu_threads() if work >= PARALLEL_MIN_WORK else 1, outer_loop or 1)
-    count = 1 if outer_loop is None or threads == 1 else min(outer_loop, threads * PARTS_PER_THREAD)
-    parts = [()] if outer_loop is None else [(outer_loop * i // count, outer_loop * (i + 1) // count) for i in range(count)]
-    self._set_signature(len(buffers), len(vals) + len(parts[0]))
-    for value in vals:
-      if not -2**31 <= value < 2**31: raise OverflowError(f"kernel {self.name}: value {value} does not fit a C int")
+    """Run the kernel. With `outer_loop=n` the kernel takes (core_start, core_end) and its n outer iterations may be
+    split over the threads (see `parts`)."""
     start = time.perf_counter()
-    if len(parts) == 1: self.function(*buffers, *vals, *parts[0])
+    if self.entry is not None and not vals: LaunchList([self.launch(buffers, outer_loop, work)]).run()
     else:
-      # ctypes releases the GIL during the call, so the threads run at once. Each takes the next part when it is
-      # done with one, so a thread slowed down by another process on its core doesn't hold the others up; the
-      # calling thread works too (one thread hand-off fewer per launch)
-      next_part = itertools.count()   # next() on it is atomic under the GIL
-
-      def work_on_parts() -> None:
-        while (i := next(next_part)) < len(parts): self.function(*buffers, *vals, *parts[i])
-      futures = [_thread_pool(threads - 1).submit(work_on_parts) for _ in range(threads - 1)]
-      work_on_parts()
-      for future in futures: future.result()
+      loop = () if outer_loop is None else (0, outer_loop)
+      self._set_signature(len(buffers), len(vals) + len(loop))
+      for value in vals:
+        if not -2**31 <= value < 2**31: raise OverflowError(f"kernel {self.name}: value {value} does not fit a C int")
+      self.function(*buffers, *vals, *loop)
     return time.perf_counter() - start if wait else None
 
   def __del__(self) -> None:
@@ -214,20 +217,6 @@ class CPUProgram:
       except Exception: pass
 
   def __repr__(self) -> str: return f"<CPUProgram {self.name}>"
-
-
-_pool: concurrent.futures.ThreadPoolExecutor | None = None   # the one thread pool CPU kernels share
-
-
-def _thread_pool(size: int) -> concurrent.futures.ThreadPoolExecutor:
-  global _pool
-  if _pool is None or _pool._max_workers < size: _pool = concurrent.futures.ThreadPoolExecutor(max_workers=size, thread_name_prefix="minigrad-cpu")
-  return _pool
-
-
-def cpu_threads() -> int:
-  """How many threads CPU kernels use: $CPU_THREADS, else one per core."""
-  return max(1, getenv("CPU_THREADS", os.cpu_count() or 1))
 
 
 def create_device() -> Compiled:

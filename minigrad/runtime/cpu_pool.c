@@ -1,0 +1,182 @@
+/* minigrad's CPU thread pool: runs a list of kernel launches, each split into parts, on persistent threads.
+
+   Input: an array of launches (a kernel's entry point, its buffer addresses, the size of its outermost loop and
+   how many parts to cut that loop into). Output: the kernels have run, in order; a launch starts once every
+   part of the one before it is done (a kernel may read what the previous one wrote).
+
+   Every CPU kernel exports `void <name>_entry(void *const *bufs, int core_start, int core_end)` (see
+   minigrad/codegen/c_renderer.py and llvm_renderer.py), so the pool calls any kernel the same way. The
+   calling thread works too; `threads - 1` workers wait for work by spinning briefly, then sleep on a
+   condition variable. Python calls in through ctypes (minigrad/runtime/cpu_pool.py), which releases the GIL,
+   so one call runs a whole captured training step without going back to Python between kernels.
+
+   How parts are handed out: one 64-bit word `state` holds (batch number : 32 bits, launch : 16, next part : 16).
+   A thread claims a part with a compare-and-swap on it, so a thread still busy with an older batch can never
+   take a part of a newer one. The thread that finishes the last part of a launch moves `state` on to the next
+   launch. The launches are copied into memory the pool owns, so a slow thread never reads freed memory. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+typedef void (*entry_fn)(void *const *bufs, int core_start, int core_end);
+
+typedef struct {
+  entry_fn fn;
+  void *const *bufs;
+  int32_t outer;   /* iterations of the kernel's outermost loop (core_end of the whole launch) */
+  int32_t parts;   /* contiguous pieces of that loop the threads take in turn (>= 1) */
+} mg_launch;
+
+#define MAX_LAUNCHES 4096        /* per call; the Python side cuts longer lists */
+#define MAX_WORKERS 255
+#define SPIN_NANOSECONDS 300000  /* an idle worker spins this long for the next batch, then sleeps */
+#define YIELD_EVERY 4096         /* a thread waiting for a part held by a preempted thread gives its core away */
+
+static mg_launch launches[MAX_LAUNCHES];
+static int32_t part_ends[MAX_LAUNCHES];   /* parts finished in the batch once launch i is done (a running sum) */
+static _Atomic int32_t launch_count;
+static _Atomic uint64_t state;
+static _Atomic int64_t finished;          /* parts finished in this batch */
+static _Atomic uint32_t batch;            /* the batch number workers wake up for */
+static _Atomic int sleepers;
+static int started, wanted;
+static pthread_t threads[MAX_WORKERS];
+static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake_up = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;   /* one batch at a time */
+
+#define STATE(b, l, p) (((uint64_t)(b) << 32) | ((uint64_t)(l) << 16) | (uint64_t)(p))
+#define STATE_BATCH(s) ((uint32_t)((s) >> 32))
+#define STATE_LAUNCH(s) ((int32_t)(((s) >> 16) & 0xffff))
+#define STATE_PART(s) ((int32_t)((s) & 0xffff))
+
+/* Take and run parts of batch `b` until all its launches are done (or a newer batch started). */
+static void work_on(uint32_t b) {
+  int32_t n = atomic_load(&launch_count);
+  unsigned waited = 0;
+  for (;;) {
+    uint64_t s = atomic_load(&state);
+    if (STATE_BATCH(s) != b) return;
+    int32_t i = STATE_LAUNCH(s), part = STATE_PART(s);
+    if (i >= n) return;
+    int32_t parts = __atomic_load_n(&launches[i].parts, __ATOMIC_RELAXED);
+    if (part >= parts) {   /* every part of launch i is taken: wait for the others to finish theirs */
+      cpu_relax();
+      if (++waited % YIELD_EVERY == 0) sched_yield();
+      continue;
+    }
+    if (!atomic_compare_exchange_weak(&state, &s, s + 1)) continue;
+    const mg_launch *l = &launches[i];
+    int32_t start = (int32_t)((int64_t)l->outer * part / parts), end = (int32_t)((int64_t)l->outer * (part + 1) / parts);
+    l->fn(l->bufs, start, end);
+    if (atomic_fetch_add(&finished, 1) + 1 == part_ends[i]) atomic_store(&state, STATE(b, i + 1, 0));
+  }
+}
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void *worker(void *unused) {
+  (void)unused;
+  uint32_t seen = atomic_load(&batch);
+  for (;;) {
+    uint32_t b;
+    int64_t spin_until = now_ns() + SPIN_NANOSECONDS;
+    for (unsigned spins = 1; (b = atomic_load(&batch)) == seen; spins++) {
+      cpu_relax();
+      if (spins % 64 == 0 && now_ns() > spin_until) break;
+    }
+    if (b == seen) {   /* sleep until the next batch; the caller wakes sleepers after publishing one */
+      pthread_mutex_lock(&sleep_lock);
+      atomic_fetch_add(&sleepers, 1);
+      while ((b = atomic_load(&batch)) == seen) pthread_cond_wait(&wake_up, &sleep_lock);
+      atomic_fetch_sub(&sleepers, 1);
+      pthread_mutex_unlock(&sleep_lock);
+    }
+    seen = b;
+    work_on(b);
+  }
+  return NULL;
+}
+
+static void forget_threads_after_fork(void) {
+  /* only the forking thread exists in the child: start new workers when it runs a batch */
+  started = 0;
+  pthread_mutex_init(&sleep_lock, NULL);
+  pthread_cond_init(&wake_up, NULL);
+  pthread_mutex_init(&run_lock, NULL);
+  atomic_store(&sleepers, 0);
+}
+
+/* Use `threads` threads (the caller and threads - 1 workers). Returns the number of threads available. */
+int mg_pool_threads(int threads) {
+  static int registered;
+  if (!registered) { pthread_atfork(NULL, NULL, forget_threads_after_fork); registered = 1; }
+  if (threads < 1) threads = 1;
+  if (threads > MAX_WORKERS + 1) threads = MAX_WORKERS + 1;
+  wanted = threads - 1;
+  return wanted + 1;
+}
+
+static void start_workers(void) {
+  while (started < wanted) {
+    if (pthread_create(&threads[started], NULL, worker, NULL) != 0) { wanted = started; break; }
+    pthread_detach(threads[started]);
+    started++;
+  }
+}
+
+static void run_alone(const mg_launch *list, int n) {
+  for (int i = 0; i < n; i++) list[i].fn(list[i].bufs, 0, list[i].outer);
+}
+
+/* Run `n` launches in order. Returns 0, or -1 if n is out of range (nothing runs). */
+int mg_pool_run(const mg_launch *list, int n) {
+  if (n < 0 || n > MAX_LAUNCHES) return -1;
+  int split = 0;
+  for (int i = 0; i < n; i++) split |= list[i].parts > 1;
+  /* one part each, no workers, or another thread's batch running: this thread runs them all, whole */
+  if (!split || wanted == 0 || pthread_mutex_trylock(&run_lock) != 0) { run_alone(list, n); return 0; }
+  start_workers();
+  uint32_t b = atomic_load(&batch) + 1;
+  atomic_store(&state, STATE(b, 0xffff, 0));   /* closed while the launches are copied in */
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    launches[i] = list[i];
+    if (launches[i].parts < 1) launches[i].parts = 1;
+    if (launches[i].parts > 0xffff) launches[i].parts = 0xffff;
+    total += launches[i].parts;
+    part_ends[i] = (int32_t)total;
+  }
+  atomic_store(&launch_count, n);
+  atomic_store(&finished, 0);
+  atomic_store(&state, STATE(b, 0, 0));
+  atomic_store(&batch, b);
+  if (atomic_load(&sleepers) > 0) {
+    pthread_mutex_lock(&sleep_lock);
+    pthread_cond_broadcast(&wake_up);
+    pthread_mutex_unlock(&sleep_lock);
+  }
+  work_on(b);
+  unsigned waited = 0;
+  while (STATE_LAUNCH(atomic_load(&state)) < n) {   /* the last parts may still run on other threads */
+    cpu_relax();
+    if (++waited % YIELD_EVERY == 0) sched_yield();
+  }
+  pthread_mutex_unlock(&run_lock);
+  return 0;
+}

@@ -1,0 +1,91 @@
+"""The C thread pool of the CPU devices (minigrad/runtime/cpu_pool.c): lists of launches run in order, split into
+parts over the threads, from several Python threads at once, and in a forked child."""
+import multiprocessing
+import os
+import threading
+import numpy as np
+import pytest
+from minigrad import Tensor
+from minigrad.engine.realize import get_kernel
+from minigrad.runtime import ops_cpu
+from minigrad.runtime.cpu_pool import MAX_LAUNCHES, LaunchList
+from minigrad.runtime.device import Buffer
+
+N = 1 << 17   # elements: enough work (> PARALLEL_MIN_WORK) for the launches to be split
+
+
+def plus_one(device: str = "CPU"):
+  """The compiled `x + 1` kernel for float32 vectors of N elements."""
+  (item,) = (Tensor.empty(N, device=device) + 1).schedule()
+  return get_kernel(item.ast, device)
+
+
+def buffer(values: np.ndarray, device: str = "CPU") -> Buffer:
+  buf = Buffer(device, values.size, Tensor(values).dtype).allocate()
+  buf.copyin(memoryview(np.ascontiguousarray(values)).cast("B"))
+  return buf
+
+
+def ping_pong(kernel, a: Buffer, b: Buffer, count: int) -> LaunchList:
+  """`count` launches, each reading what the one before wrote: a -> b, b -> a, ..."""
+  assert kernel.program.parts(kernel.outer_loop, N) > 1
+  pairs = [(b, a) if i % 2 == 0 else (a, b) for i in range(count)]
+  return LaunchList([kernel.program.launch((out.opaque, src.opaque), kernel.outer_loop, N) for out, src in pairs])
+
+
+@pytest.mark.parametrize("device", ["CPU", "LLVM"])
+@pytest.mark.parametrize("count", [1, 2, 7, MAX_LAUNCHES + 3])
+def test_a_list_runs_in_order_and_whole(device, count):
+  x = np.random.default_rng(count).standard_normal(N).astype(np.float32)
+  a, b = buffer(x, device), buffer(np.zeros(N, np.float32), device)
+  ping_pong(plus_one(device), a, b, count).run()
+  np.testing.assert_allclose((b if count % 2 else a).numpy(), x + count, rtol=1e-5)
+
+
+def test_one_thread_runs_everything_on_the_caller(monkeypatch):
+  monkeypatch.setattr(ops_cpu, "cpu_threads", lambda: 1)
+  kernel = plus_one()
+  assert kernel.program.parts(kernel.outer_loop, N) == 1
+  x = np.arange(N, dtype=np.float32)
+  out = buffer(np.zeros(N, np.float32))
+  kernel.program(out.opaque, buffer(x).opaque, outer_loop=kernel.outer_loop, work=N)
+  np.testing.assert_array_equal(out.numpy(), x + 1)
+
+
+def test_lists_from_several_python_threads_at_once():
+  kernel = plus_one()
+  xs = [np.random.default_rng(i).standard_normal(N).astype(np.float32) for i in range(4)]
+  pairs = [(buffer(x), buffer(np.zeros(N, np.float32))) for x in xs]
+  lists = [ping_pong(kernel, a, b, 40) for a, b in pairs]
+  threads = [threading.Thread(target=lambda launches=launches: [launches.run() for _ in range(5)]) for launches in lists]
+  for t in threads: t.start()
+  for t in threads: t.join()
+  for x, (a, _) in zip(xs, pairs): np.testing.assert_allclose(a.numpy(), x + 200, rtol=1e-5)
+
+
+def _in_child(queue) -> None:
+  x = np.arange(N, dtype=np.float32)
+  queue.put(float(((Tensor(x) + 1) * 2).sum().item()))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_starts_its_own_threads():
+  (Tensor(np.ones(N, np.float32)) * 3).realize()   # the parent's pool is running
+  context = multiprocessing.get_context("fork")
+  queue = context.Queue()
+  child = context.Process(target=_in_child, args=(queue,))
+  child.start()
+  child.join(timeout=120)
+  assert child.exitcode == 0
+  x = np.arange(N, dtype=np.float64)
+  assert queue.get(timeout=10) == pytest.approx(((x + 1) * 2).sum(), rel=1e-6)
+
+
+def test_kernels_without_an_entry_point_are_called_directly():
+  lib = ops_cpu.CCompiler().compile("void fill(float *restrict out, const int n) { for (int i = 0; i < n; i++) out[i] = i; }")
+  program = ops_cpu.CPUProgram("fill", lib)
+  assert program.entry is None
+  out = buffer(np.zeros(8, np.float32))
+  program(out.opaque, vals=(8,))
+  np.testing.assert_array_equal(out.numpy(), np.arange(8, dtype=np.float32))
+  with pytest.raises(RuntimeError, match="fill_entry"): program.launch((out.opaque,), None, 0)
