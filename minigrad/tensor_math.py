@@ -423,8 +423,8 @@ class MathMixin(UnaryMixin):
   def softmax(self, axis: int = -1) -> Tensor:
     if self.ndim and self.shape[normalize_axis(axis, self.ndim)] == 0: return self._float()   # nothing to normalize
     def fn(x: Tensor) -> Tensor:
-      e = (x - x.max(axis, keepdim=True)).exp()
-      return e / e.sum(axis, keepdim=True)
+      e = (x - x.max(axis, keepdim=True))._exp_at_most_zero()
+      return e * e.sum(axis, keepdim=True).reciprocal()
     return self._opmath(fn)
   def log_softmax(self, axis: int = -1) -> Tensor:
     if self.ndim and self.shape[normalize_axis(axis, self.ndim)] == 0: return self._float()

@@ -391,7 +391,8 @@ def simd_idioms(uops: list[UOp]) -> dict[UOp, tuple[str, tuple[UOp, ...]]]:
     if u not in integral:
       value = _const_value(u)
       integral[u] = (u.op is Ops.TRUNC or u in idioms and idioms[u][0] == "floorf_v16" or value is not None and float(value).is_integer()
-                     or u.op in (Ops.ADD, Ops.NEG) and all(is_integral(s) for s in u.src))
+                     or u.op in (Ops.ADD, Ops.NEG) and all(is_integral(s) for s in u.src)
+                     or u.op is Ops.WHERE and is_integral(u.src[1]) and is_integral(u.src[2]))
     return integral[u]
   for u in uops:
     if (y := _floor_of(u)) is not None: idioms[u] = ("floorf_v16", (y,))
