@@ -47,8 +47,8 @@ def test_one_thread_runs_everything_on_the_caller(monkeypatch):
   kernel = plus_one()
   assert kernel.program.parts(kernel.outer_loop, N) == 1
   x = np.arange(N, dtype=np.float32)
-  out = buffer(np.zeros(N, np.float32))
-  kernel.program(out.opaque, buffer(x).opaque, outer_loop=kernel.outer_loop, work=N)
+  out, source = buffer(np.zeros(N, np.float32)), buffer(x)
+  kernel.program(out.opaque, source.opaque, outer_loop=kernel.outer_loop, work=N)
   np.testing.assert_array_equal(out.numpy(), x + 1)
 
 

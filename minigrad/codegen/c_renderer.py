@@ -161,7 +161,10 @@ class CRenderer:
         line(f"if ({names[index.src[2]]}) {store}" if len(index.src) > 2 else store)
       elif u.op is Ops.VECTORIZE:   # bools go into masks as -1/0
         if all(x is u.src[0] for x in u.src): names[u] = self.render_broadcast(src[0], u.dtype)
-        else: names[u] = f"(({self.type_name(u.dtype)}){{{', '.join(f'-({x})' if u.dtype.scalar() == dtypes.bool else _strip(x) for x in src)}}})"
+        else:   # lanes gathered one by one: a variable, so the gather is written once
+          names[u] = fresh("vec")
+          lanes = ', '.join(f'-({x})' if u.dtype.scalar() == dtypes.bool else _strip(x) for x in src)
+          line(f"{self.type_name(u.dtype)} {names[u]} = (({self.type_name(u.dtype)}){{{lanes}}});")
       elif u.op is Ops.GEP: names[u] = f"({src[0]}[{u.arg}]!=0)" if u.dtype == dtypes.bool else f"{src[0]}[{u.arg}]"
 
       elif u.op is Ops.DEFINE_ACC:

@@ -87,15 +87,30 @@ class _Emitter:
       for node in self.scopes.pop(): del self.emitted[node]   # out of scope once the loop closes
       del self.emitted[rng]
     for member, acc in zip(group, accs):
-      result = acc
-      if acc.dtype.count > member.dtype.count:   # a vector accumulator over reduce lanes: add up its lanes
-        lanes = [UOp(Ops.GEP, member.dtype, (acc,), lane) for lane in range(acc.dtype.count)]
-        self.out.extend(lanes)
+      # a vector accumulator over reduce lanes: combine its lanes
+      self.place(member, self.combine_lanes(acc, member.arg) if acc.dtype.count > member.dtype.count else acc)
+
+  def combine_lanes(self, vector: UOp, op: Ops) -> UOp:
+    """Combine the lanes of `vector` with `op` as a tree of vector ops: its two halves, then the two halves of
+    that... (log2(W) shuffles and ops, where a chain through the lanes takes W - 1 extracts and ops)."""
+    while vector.dtype.count > 1:
+      half, scalar = vector.dtype.count // 2, vector.dtype.scalar()
+      lanes = [UOp(Ops.GEP, scalar, (vector,), lane) for lane in range(vector.dtype.count)]
+      self.out.extend(lanes)
+      if vector.dtype.count % 2:   # an odd width: one lane after the other
         result = lanes[0]
         for lane in lanes[1:]:
-          result = result.alu(member.arg, lane)
+          result = result.alu(op, lane)
           self.out.append(result)
-      self.place(member, result)
+        return result
+      low, high = lanes[:half], lanes[half:]
+      if half > 1:
+        low, high = [UOp(Ops.VECTORIZE, scalar.vec(half), tuple(part)) for part in (low, high)]
+        self.out.extend([low, high])
+      else: low, high = low[0], high[0]
+      vector = low.alu(op, high)
+      self.out.append(vector)
+    return vector
 
   def depends(self, node: UOp, other: UOp) -> bool:
     if node not in self.ancestors: self.ancestors[node] = set(node.toposort)

@@ -62,6 +62,11 @@ class LaunchList:
 
   def set_buffer(self, launch: int, arg: int, address: int) -> None: self.addresses[launch][arg] = address
 
+  def set_launch(self, buffers: tuple[int, ...], outer: int, parts: int) -> None:
+    """Reuse a list of one launch for another call of the same kernel."""
+    self.addresses[0][:] = buffers
+    self.launches[0].outer, self.launches[0].parts = outer, parts
+
   def run(self) -> None:
     for first in range(0, self.count, MAX_LAUNCHES):
       address = ctypes.addressof(self.launches) + first * ctypes.sizeof(Launch)

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import numpy as np
 from minigrad.helpers import DEBUG, cache_dir, cpu_model
@@ -174,6 +175,7 @@ class CPUProgram:
     entry = getattr(self.lib, name + ENTRY_SUFFIX, None)
     self.entry: int | None = ctypes.cast(entry, ctypes.c_void_p).value if entry is not None else None
     self._arg_counts: tuple[int, int] | None = None   # (buffers, vals) of the first call, fixed after it
+    self._single, self._single_list = threading.Lock(), None
 
   def _set_signature(self, num_buffers: int, num_vals: int) -> None:
     if self._arg_counts is None:
@@ -200,7 +202,15 @@ class CPUProgram:
     """Run the kernel. With `outer_loop=n` the kernel takes (core_start, core_end) and its n outer iterations may be
     split over the threads (see `parts`)."""
     start = time.perf_counter()
-    if self.entry is not None and not vals: LaunchList([self.launch(buffers, outer_loop, work)]).run()
+    if self.entry is not None and not vals:
+      launch = self.launch(buffers, outer_loop, work)
+      if self._single.acquire(blocking=False):   # the list of one launch kept for this kernel (unless another thread uses it)
+        try:
+          if self._single_list is None: self._single_list = LaunchList([launch])
+          else: self._single_list.set_launch(*launch[1:])
+          self._single_list.run()
+        finally: self._single.release()
+      else: LaunchList([launch]).run()
     else:
       loop = () if outer_loop is None else (0, outer_loop)
       self._set_signature(len(buffers), len(vals) + len(loop))
