@@ -373,7 +373,7 @@ class ShapeTracker:
   views: tuple[View, ...]
 
   @staticmethod
-  def from_shape(shape: Sequence[int]) -> ShapeTracker: return ShapeTracker((View.create(shape),))
+  def from_shape(shape: Sequence[int]) -> ShapeTracker: return _contiguous(tuple(shape))
 
   @property
   def shape(self) -> tuple[int, ...]: return self.views[-1].shape
@@ -488,3 +488,9 @@ def _unravel_uops(flat: UOp, shape: Sequence[int]) -> list[UOp]:
 def _compose(first: ShapeTracker, second: ShapeTracker) -> ShapeTracker:
   """Trackers are immutable values, and training steps compose the same pairs every step: remember them."""
   return first._compose(second)
+
+
+@functools.lru_cache(maxsize=4096)
+def _contiguous(shape: tuple[int, ...]) -> ShapeTracker:
+  """The plain row-major ShapeTracker of `shape` (made often: every buffer's own view)."""
+  return ShapeTracker((View.create(shape),))
