@@ -430,7 +430,7 @@ class MathMixin(UnaryMixin):
     if self.ndim and self.shape[normalize_axis(axis, self.ndim)] == 0: return self._float()
     def fn(x: Tensor) -> Tensor:
       shifted = x - x.max(axis, keepdim=True)
-      return shifted - shifted.exp().sum(axis, keepdim=True).log()
+      return shifted - shifted._exp_at_most_zero().sum(axis, keepdim=True).log()
     return self._opmath(fn)
 
   # ---- linear algebra ----

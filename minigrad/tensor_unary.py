@@ -77,17 +77,19 @@ def exp_forward(x: Tensor, at_most_zero: bool = False) -> Tensor:
   exp(x) = exp(r) * 2**n1 * 2**n2 with n = n1 + n2, n1 = n clamped to the normal exponents (so a result in the
   subnormals is rounded once, by the last multiply). exp(r) is a polynomial in float32 (a few multiply-adds on
   every device) and exp2(r * log2 e) in float64. `at_most_zero`: the caller knows x <= 0 or NaN (softmax's
-  x - max): no upper clamp, and 2**n = 2**(n + shift) * 2**-shift with a constant shift that makes the first
-  factor normal. NaN stays NaN, -inf gives 0 and +inf gives inf."""
+  x - max): no upper clamp, and exp(x) = (exp(r) * 2**-shift) * 2**(n + shift) with a constant shift that makes
+  the second factor normal (one multiply fewer). NaN stays NaN, -inf gives 0 and +inf gives inf."""
   ln2_hi, ln2_lo, low, high, min_exponent, max_exponent = EXP_REDUCTION[x.dtype.itemsize]
   x = (x < low).where(low, x)
   if not at_most_zero: x = (x > high).where(high, x)
   n = (x * LOG2E + 0.5).floor()
   r = (x - n * ln2_hi) - n * ln2_lo
-  exp_r = horner(r, EXP_SMALL_F32) if x.dtype == dtypes.float32 else _exp2_of(r * LOG2E)
-  if at_most_zero:   # low <= x <= 0: n + shift is a normal exponent, the constant 2**-shift rounds once
+  if at_most_zero:   # low <= x <= 0: n + shift is a normal exponent; exp(r) * 2**-shift is exact (in the polynomial's coefficients)
     shift = min_exponent - math.floor(low * LOG2E + 0.5)
-    return exp_r * power_of_two(n + shift) * 2.0 ** -shift
+    scale = 2.0 ** -shift
+    scaled = horner(r, tuple(c * scale for c in EXP_SMALL_F32)) if x.dtype == dtypes.float32 else _exp2_of(r * LOG2E) * scale
+    return scaled * power_of_two(n + shift)
+  exp_r = horner(r, EXP_SMALL_F32) if x.dtype == dtypes.float32 else _exp2_of(r * LOG2E)
   n1 = (n > max_exponent).where(max_exponent, n)
   n1 = (n1 < min_exponent).where(min_exponent, n1)
   return exp_r * power_of_two(n1) * power_of_two(n - n1)
