@@ -99,3 +99,21 @@ def test_softmax_multiplies_by_the_reciprocal_of_the_sum():
   items = Tensor(np.zeros((8, 64), np.float32)).softmax(-1).schedule()   # one kernel on the CPU, more on GPU-shaped devices
   ops = [u.op for item in items for u in item.ast.toposort]
   assert ops.count(Ops.REDUCE_AXIS) == 2 and ops.count(Ops.RECIP) == 1 and Ops.FDIV not in ops
+
+
+def _cpu_source(t: Tensor) -> str:
+  from minigrad.engine.realize import get_kernel
+  (item,) = t.schedule()
+  source = get_kernel(item.ast, "CPU").source
+  return source[source.index("void "):]
+
+
+def test_softmax_prefetches_the_next_row_in_its_second_pass():
+  x = Tensor(np.zeros((64, 1024), np.float32))
+  body = _cpu_source(x.softmax(-1))
+  passes = body.split("for (int ")[2:]   # the max pass, the sum pass, the output pass (after the outer loop)
+  assert len(passes) == 3 and "__builtin_prefetch" not in passes[0] + passes[2]
+  assert passes[1].count("__builtin_prefetch(") == 4 and passes[1].count("+ 1024);") == 4   # one per vector load, a row ahead
+  assert "__builtin_prefetch" not in _cpu_source(x.sum(1))                                     # a single pass streams
+  long_rows = _cpu_source(Tensor(np.zeros((4, 8192), np.float32)).softmax(-1))
+  assert long_rows.count("for (int ") == 4 and "float_v16" in long_rows and "__builtin_prefetch" not in long_rows   # 32 KB rows stream

@@ -119,6 +119,7 @@ class CRenderer:
     globals_ = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
     written = {u.src[0].src[0].arg for u in uops if u.op is Ops.STORE}
     streamed = self.streamed_stores(uops)
+    prefetched = self.prefetched_loads(uops)
     idioms = simd_idioms(uops) if self.vector_lanes else {}
 
     def fresh(prefix: str) -> str:
@@ -153,6 +154,7 @@ class CRenderer:
         if len(index.src) > 2 and index.src[2].dtype.count > 1: expr = f"load_{self.type_name(u.dtype)}_masked(&{names[index]}, {names[index.src[2]]})"
         names[u] = fresh("val")
         line(f"{self.type_name(u.dtype)} {names[u]} = {expr};")
+        if u in prefetched: line(f"__builtin_prefetch(&{names[index]} + {prefetched[u]});")
       elif u.op is Ops.STORE:
         index, value = u.src
         memory = self.vector_access(names[index], value.dtype) if value.dtype.count > 1 else names[index]
@@ -262,6 +264,38 @@ class CRenderer:
       if any(_coefficient(term)[1] % width for term in split_terms(index.src[1])): return False
       return (index.src[1].vmax + width) * value.dtype.scalar().itemsize >= self.streaming_store_bytes
     return {u for u in uops if u.op is Ops.STORE and streams(u)}
+
+  # ---- prefetching the next row ----
+  # rows up to this size: the hardware's stream prefetch stops at page boundaries (4 KB), so each such row would start
+  # with a cache miss per line, while longer rows stream
+  prefetch_row_bytes = 16 << 10
+
+  def prefetched_loads(self, uops: list[UOp]) -> dict[UOp, int]:
+    """Vector loads in the first inner loop that reads a buffer again within one trip of the threaded outer loop (a
+    fused softmax's sum pass over a row the max pass just brought into L1): each also prefetches its element one outer
+    trip ahead, so the next row arrives while this one computes. load -> elements ahead (the outer loop's stride)."""
+    outer = next((u for u in uops if u.op is Ops.RANGE), None)
+    if not self.threaded_outer_loop or not self.vector_lanes or outer is None: return {}
+    loop_of: dict[UOp, int] = {}   # inner loop (counted in order) -> index; loads belong to the loop directly inside `outer`
+    open_loops: list[UOp] = []
+    reads: dict[UOp, list[int]] = {}   # buffer -> the inner loops that read it
+    candidates: list[UOp] = []
+    for u in uops:
+      if u.op is Ops.RANGE and u is not outer:
+        if not open_loops: loop_of[u] = len(loop_of)
+        open_loops.append(u)
+      elif u.op is Ops.ENDRANGE and open_loops: open_loops.pop()
+      elif u.op is Ops.LOAD and open_loops and u.dtype.count > 1 and len(u.src[0].src) == 2:
+        loop, buffer = loop_of[open_loops[0]], u.src[0].src[0]
+        if loop not in reads.setdefault(buffer, []): reads[buffer].append(loop)
+        if len(reads[buffer]) == 2 and reads[buffer][1] == loop: candidates.append(u)
+    prefetched: dict[UOp, int] = {}
+    for load in candidates:
+      terms = [_coefficient(term) for term in split_terms(load.src[0].src[1])]
+      strides = [coefficient for base, coefficient in terms if base is outer]
+      if len(strides) != 1 or any(base is not outer and base is not None and outer in base.toposort for base, _ in terms): continue
+      if 0 < strides[0] * load.dtype.scalar().itemsize <= self.prefetch_row_bytes: prefetched[load] = strides[0]
+    return prefetched
 
   def stream_helpers(self, streamed: set[UOp]) -> list[str]:
     lines = [*X86_INCLUDE, "#include <stdint.h>"] if streamed else []
