@@ -144,7 +144,7 @@ def lower(k: Kernel, threaded: bool = False, vector_lanes: bool = True, gpu: boo
   lowering = _NodeLowering(k, loops, indexed, unroll_variants, reduce_loops)
   for node in k.ast.toposort:
     for combo in combos: lowering.lower(node, combo)
-  stores = dict.fromkeys(lowering.built[(k.ast.src[0], combo)] for combo in combos)
+  stores = dict.fromkeys(lowering.built[(store, combo)] for store in k.ast.src for combo in combos)
   return vectorize(lower_dtypes(graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)))
 
 

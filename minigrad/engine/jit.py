@@ -197,7 +197,7 @@ def _classify(launches: list, inputs: list[Tensor], state: list[tuple[Tensor, UO
   for k, t in enumerate(inputs): input_of.setdefault(t.uop.base, k)
   state_of: dict[UOp, int] = {}
   for j, (t, old) in enumerate(state): state_of.setdefault(old.base, j)
-  written = {nodes[0] for _, nodes, _ in launches}
+  written = {node for kernel, nodes, _ in launches for node in nodes[:kernel.outputs]}
   held = {t.uop.base for t in leaves} | {t.uop.base for t, _ in state}
   slot_of: dict[UOp, int] = {}
   kinds: list[tuple] = []

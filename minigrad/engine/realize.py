@@ -62,6 +62,9 @@ class CompiledKernel:
       if lo < 0 or hi >= size:
         raise RuntimeError(f"internal error: kernel {self.name} indexes data{buf.arg} in [{lo}, {hi}] but the buffer has {size} elements")
 
+  @property
+  def outputs(self) -> int: return len(self.kernel.ast.src)   # the first buffers, each stored by one STORE of the SINK
+
   def _check_once(self, buffers: list[Buffer]) -> None:
     if (sizes := tuple(b.size for b in buffers)) not in self.checked_sizes:
       self.check_bounds(buffers)
@@ -179,7 +182,7 @@ def run_schedule(items: list[ScheduleItem], stored: dict[UOp, UOp] | None = None
     stored.clear()   # drop the last strong references to graphs nobody else holds
     alive_nodes = [(node, view) for ref, view in node_refs if (node := ref()) is not None]
     kept = {u.base for u in keep} | {view.base for _, view in alive_nodes}
-    intermediates = {b: (b.device, b.arg[1], b.dtype) for item in items if (b := item.bufs[0]) not in kept}
+    intermediates = {b: (b.device, b.arg[1], b.dtype) for item in items for b in item.bufs[:item.outputs] if b not in kept}
     plan = plan_memory([item.bufs for item in items], intermediates)
     for node, pooled in plan.buffers.items(): buffers[node] = pooled
     if DEBUG >= 2 and items: _print_memory(items, plan)
@@ -190,7 +193,7 @@ def run_schedule(items: list[ScheduleItem], stored: dict[UOp, UOp] | None = None
       if launch_recorder is not None: launch_recorder.append((kernel, item.bufs, bufs))
       launch(kernel, bufs)
     except BaseException:
-      failed_buffers.update(later.bufs[0] for later in items[i:])
+      failed_buffers.update(b for later in items[i:] for b in later.bufs[:later.outputs])
       raise
   if stored is not None: mark_realized(dict(alive_nodes))
   return plan
@@ -209,7 +212,7 @@ def launch(kernel: CompiledKernel, bufs: list[Buffer]) -> None:
 
 def _print_memory(items: list[ScheduleItem], plan: MemoryPlan) -> None:
   """DEBUG>=2: the memory a schedule's new buffers take (all of it is in use once its last kernel ran)."""
-  written = sum(item.bufs[0].arg[1] * item.bufs[0].dtype.itemsize for item in items)
+  written = sum(b.arg[1] * b.dtype.itemsize for item in items for b in item.bufs[:item.outputs])
   kept = written - plan.unplanned_bytes
   print(f"memory: {len(items)} kernels, peak {(kept + plan.planned_bytes) / 1e6:.2f} MB of new buffers "
         f"({written / 1e6:.2f} MB without reuse); {plan.summary()}")

@@ -12,9 +12,10 @@ Which nodes get their own buffer ("realized"):
     kernel: row max, row sum and the output, `(x - x.mean(1, keepdim=True)).square().sum(1)` too.
 Everything else fuses: elementwise ops and movement ops (VIEWs) fold into the consumer's indexing, so
 `(x.T + 1)` is one kernel that reads x transposed and `(a @ b).relu() + bias` is one reduce kernel.
-Large matmul operands get a packed copy first (minigrad.schedule.packing).
+Large matmul operands get a packed copy first (minigrad.schedule.packing); elementwise kernels over the same
+elements that share data become one kernel with several outputs (minigrad.schedule.multi_output).
 
-A kernel AST is SINK(STORE(DEFINE_GLOBAL 0, VIEW st_out, value)) where value is built from ALU/CAST ops,
+A kernel AST is SINK(STORE(DEFINE_GLOBAL 0, VIEW st_out, value), ...) where value is built from ALU/CAST ops,
 REDUCE_AXIS, LOAD(DEFINE_GLOBAL i, VIEW st), CONST(VIEW st), ARANGE(VIEW st) and VALID(VIEW st). Every ShapeTracker in one
 kernel has the same rank: loads under the main reduce see its full input shape, everything above sees it with
 the reduce axes set to 1; each side reduce has dims of its own after those, where only its loads have size > 1.
@@ -27,12 +28,14 @@ from minigrad.uop.ops import UOp, Ops, GroupOp, toposort
 from minigrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from minigrad.uop.shapetracker import ShapeTracker, View, row_major_strides
 from minigrad.schedule.packing import pack_operands
+from minigrad.schedule.multi_output import merge_elementwise
 
 
 @dataclass(frozen=True)
 class ScheduleItem:
-  ast: UOp                 # SINK of one STORE
-  bufs: tuple[UOp, ...]    # BUFFER nodes in DEFINE_GLOBAL order: the output first, then the inputs
+  ast: UOp                 # SINK of STOREs (one per output)
+  bufs: tuple[UOp, ...]    # BUFFER nodes in DEFINE_GLOBAL order: the outputs first, then the inputs
+  outputs: int = 1         # how many of `bufs` the kernel writes (several: minigrad.schedule.multi_output)
 
   @property
   def device(self) -> str: return self.bufs[0].device
@@ -289,7 +292,7 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
     builder = _KernelBuilder(node, fusion.plans[node], buffers)
     ast = builder.build(buffers[node])
     items.append(ScheduleItem(ast, (buffers[node], *builder.inputs)))
-  items = pack_operands(items, ScheduleItem)
+  items = merge_elementwise(pack_operands(items, ScheduleItem), ScheduleItem)
   stored = {node: buffer_view(buffers[node], node.shape) for node in order}
   becomes: dict[UOp, UOp] = {}
   for original, t in rewritten.items():

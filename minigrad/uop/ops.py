@@ -147,6 +147,13 @@ class UOp(metaclass=_UOpCache):
 
   def __repr__(self) -> str: return pretty(self)
 
+  def substitute(self, replace: dict[UOp, UOp]) -> UOp:
+    """This graph with the nodes in `replace` swapped for their values (and everything above them rebuilt)."""
+    built: dict[UOp, UOp] = {}
+    for node in self.toposort:
+      built[node] = replace.get(node) or (node.replace(src=tuple(built[s] for s in node.src)) if node.src else node)
+    return built[self]
+
   # ---- graph walking ----
   @cached_property
   def toposort(self) -> list[UOp]:
