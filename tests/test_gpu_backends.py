@@ -151,6 +151,20 @@ def test_cuda_grouped_reduce_source():
   assert "blockIdx.x" in ops_cuda.render_for_cuda(elementwise)
 
 
+def test_workgroup_dims_past_the_y_limit_fold_into_x():
+  """70000 rows don't fit gridDim.y (at most 65535 on CUDA): they share x with the 3 columns. Run on the GPU-shaped
+  PYTHON device, without opts, so the rows stay one grid dim."""
+  from minigrad.codegen.lowerer import MAX_GRID_YZ
+  a, b = rng.standard_normal((70000, 3)).astype(np.float32), rng.standard_normal((3, 70000)).astype(np.float32)
+  (item,) = (Tensor(a, device="PYTHON") + Tensor(b, device="PYTHON").T).schedule()
+  program = get_kernel(item.ast, "PYTHON", [])
+  assert program.kernel.full_shape == (70000, 3) and program.launch_dims[0] == (210000, 1, 1)
+  assert all(size <= MAX_GRID_YZ for size in program.launch_dims[0][1:])
+  bufs = [buffer_of(buf).allocate() for buf in item.bufs]
+  program(bufs)
+  np.testing.assert_array_equal(bufs[0].numpy().reshape(70000, 3), a + b.T)
+
+
 @pytest.mark.parametrize("dt", ALL_DTYPES, ids=lambda dt: dt.name)
 def test_nvrtc_compiles_every_dtype_for_sm80(dt):
   ops_cuda = cuda_modules()

@@ -34,16 +34,21 @@ def loop_ranges(k: Kernel, threaded: bool = False) -> list[UOp]:
 
 
 MAX_GRID_DIMS = 3
+MAX_GRID_YZ = 65535   # workgroups along y and z at most (CUDA's limit; x may have 2**31 - 1)
 
 
 def grid_indices(sizes: list[int], prefix: str) -> list[UOp]:
   """GPU-shaped indices for dims of `sizes` (outermost first): SPECIAL `{prefix}0` is the innermost dim (x), then y, z.
-  More than 3 dims: the outer ones share one SPECIAL and are recovered with // and %."""
+  More than 3 dims: the outer ones share one SPECIAL and are recovered with // and %. A workgroup dim too big
+  for y or z shares x with the dims inside it."""
   if len(sizes) > MAX_GRID_DIMS:
     merged = sizes[:len(sizes) - MAX_GRID_DIMS + 1]
     specials = grid_indices([prod(merged)] + sizes[len(merged):], prefix)
     below = [prod(merged[i + 1:]) for i in range(len(merged))]
     return [(specials[0] // step) % size for step, size in zip(below, merged)] + specials[1:]
+  if prefix == "gidx" and any(size > MAX_GRID_YZ for size in sizes[:-1]):
+    *outer, x = grid_indices(sizes[:-2] + [sizes[-2] * sizes[-1]], prefix)
+    return outer + [x // sizes[-1], x % sizes[-1]]
   return [UOp(Ops.SPECIAL, dtypes.index, (), (f"{prefix}{len(sizes) - 1 - i}", size)) for i, size in enumerate(sizes)]
 
 
