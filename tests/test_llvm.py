@@ -407,3 +407,10 @@ def test_dtypes_map_to_llvm_types():
   assert memory_type(dtypes.bool) == "i8" and memory_type(dtypes.bool.vec(4)) == "<4 x i8>"   # numpy's bool bytes
   assert llvm_type(dtypes.float32.ptr()) == "ptr"
   assert all(llvm_type(dt) for dt in ALL_DTYPES)
+
+
+def test_llvm_without_a_c_compiler_says_it_links_with_one(monkeypatch, tmp_path):
+  from minigrad.runtime.ops_llvm import LLVMCompiler
+  monkeypatch.delenv("CC", raising=False)
+  monkeypatch.setenv("PATH", str(tmp_path))
+  with pytest.raises(RuntimeError, match="no working C compiler to link LLVM kernels.*apt-get install"): LLVMCompiler()

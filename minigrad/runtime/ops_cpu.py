@@ -80,8 +80,9 @@ def _probe_compiler(argv: list[str]) -> str | None:
   return (result.stdout.strip().splitlines() or [argv[0]])[0]
 
 
-def find_c_compiler(cc: str | None = None) -> tuple[list[str], str]:
-  """(argv, version line) of the C compiler to use: `cc` or $CC if given (no fallback), else clang, gcc, cc."""
+def find_c_compiler(cc: str | None = None, purpose: str = "for the CPU device") -> tuple[list[str], str]:
+  """(argv, version line) of the C compiler to use: `cc` or $CC if given (no fallback), else clang, gcc, cc.
+  `purpose` completes the error message when there is none ("no working C compiler <purpose>")."""
   requested = cc if cc is not None else os.environ.get("CC") or None
   candidates = [requested] if requested else list(COMPILER_CANDIDATES)
   for candidate in candidates:
@@ -91,7 +92,7 @@ def find_c_compiler(cc: str | None = None) -> tuple[list[str], str]:
   tried = ", ".join(repr(c) for c in candidates)
   hint = (f"CC={requested!r} is set; point CC at a working C compiler or unset it" if requested else
           "install one (apt-get install gcc, or apt-get install clang) or set CC to a C compiler")
-  raise RuntimeError(f"no working C compiler for the CPU device (tried {tried}): {hint}")
+  raise RuntimeError(f"no working C compiler {purpose} (tried {tried}): {hint}")
 
 
 def has_libmvec() -> bool:

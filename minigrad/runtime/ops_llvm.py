@@ -46,7 +46,7 @@ class LLVMCompiler(Compiler):
     self.cpu_name, self.features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     self.target_machine = llvm.Target.from_default_triple().create_target_machine(
       cpu=self.cpu_name, features=self.features, opt=opt_level, reloc="pic", codemodel="default")
-    self.linker, linker_version = find_c_compiler()
+    self.linker, linker_version = find_c_compiler(purpose="to link LLVM kernels into shared libraries")
     enabled = {f[1:] for f in self.features.split(",") if f.startswith("+")}
     self.libmvec_widths = {width: letter for width, (letter, feature) in LIBMVEC_VARIANTS.items()
                            if feature in enabled} if has_libmvec() else {}
