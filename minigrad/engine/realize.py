@@ -154,9 +154,9 @@ def load_kernel(kernel: Kernel, device: str, uops: list[UOp], source: str, binar
   """The compiled binary of `source` (rendered from `kernel` as `uops`) -> a launchable program."""
   dev = Device[device]
   program = dev.program(kernel.name, binary)
-  threaded = any(u.op is Ops.DEFINE_VAR and u.arg[0] == "core_start" for u in uops)
+  outer_loop = next((u.arg[2] for u in uops if u.op is Ops.DEFINE_VAR and u.arg[0] == "core_end"), None)   # threads split it
   return CompiledKernel(kernel.name, device, source, uops, kernel, program, count_flops(uops),
-                        kernel.full_shape[0] if threaded else None, sorted(u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL),
+                        outer_loop, sorted(u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL),
                         launch_dims(uops) if getattr(dev.renderer, "has_local", False) else None)
 
 
