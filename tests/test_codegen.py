@@ -29,7 +29,7 @@ def test_debug4_prints_fused_c_kernel_that_compiles(tmp_path):
   out = run_script({"DEBUG": "4", "DEV": "CPU"}, tmp_path)   # the C source, whatever DEV the suite runs on
   assert out.returncode == 0, out.stderr
   assert "void r_3_5_4(" in out.stdout                  # one fused reduce kernel, named by its loop sizes
-  assert "for (int ridx0 = 0; ridx0 < 4; ridx0++)" in out.stdout
+  assert "for (long ridx0 = 0; ridx0 < 4; ridx0++)" in out.stdout
   assert "RESULT 345.0" in out.stdout                    # sum(relu(x@1)+1) = 5*(6+22+38) + 15
   # the printed source is a complete C translation unit: compile it ourselves
   source = out.stdout[out.stdout.index("#include"):out.stdout.index("\n}\n") + 3]
@@ -68,7 +68,7 @@ def test_generated_source_reads_well():
   x = Tensor(np.zeros((8, 16), np.float32))
   (item,) = (x.relu() * 2 + 1).exp().schedule()
   src = get_kernel(item.ast, "CPU").source
-  assert src.count("for (int gidx") == 1 and "ridx" not in src
+  assert src.count("for (long gidx") == 1 and "ridx" not in src
   assert "scalef_v16(" in src and "const float* restrict data1" in src   # exp's scaling by 2**n
 
 

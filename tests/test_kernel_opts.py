@@ -190,9 +190,9 @@ def test_fused_softmax_is_one_simd_kernel_with_the_row_reduces_hoisted():
   program = get_kernel(item.ast, "CPU")
   source = program.source[program.source.index("void "):]
   # per row: the max loop and the sum loop (vector accumulators), then the loop over the row's outputs
-  rows, max_loop, sum_loop, outputs = (source.index(s) for s in ("for (int gidx0", "for (int ridx0", "for (int ridx1", "for (int gidx1"))
+  rows, max_loop, sum_loop, outputs = (source.index(s) for s in ("for (long gidx0", "for (long ridx0", "for (long ridx1", "for (long gidx1"))
   assert rows < max_loop < sum_loop < outputs, source
-  assert "float_v16 acc0" in source and "float_v16 acc1" in source and "scalef_v16(" in source and "[15]" in source.split("for (int ridx1")[0]
+  assert "float_v16 acc0" in source and "float_v16 acc1" in source and "scalef_v16(" in source and "[15]" in source.split("for (long ridx1")[0]
   e = np.exp(x - x.max(-1, keepdims=True))
   np.testing.assert_allclose(t.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
 

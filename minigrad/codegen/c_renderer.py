@@ -50,6 +50,10 @@ class CRenderer:
   vector_lanes = True
   repeats_operands = {Ops.MAX}
   max_inline_nesting = 12
+  # loop counters and scalar int32 variables are 64-bit: under -fwrapv the compiler can't fold int index arithmetic
+  # into addresses (it sign-extends every `base + ridx0 + 1024` anew: 15 of a matmul inner loop's 45 instructions).
+  # int32 arithmetic that may overflow is cast back to int (render_alu), so results still wrap as int32's do
+  index_type = "long"
 
   def type_name(self, dt: DType) -> str:
     if isinstance(dt, PtrDType): return self.type_name(dt.base) + "*"
@@ -87,6 +91,9 @@ class CRenderer:
     expr = self.code_for_op[u.op](*src, u.src[0].dtype if u.op in GroupOp.Comparison else u.dtype)
     # C computes char/short arithmetic in int: wrap the result back to its width at once
     if u.dtype in SMALL_INTS and u.op not in GroupOp.Comparison: expr = self.render_cast(expr, u.dtype)
+    # int32 operands may be 64-bit (index_type): wrap a result that may leave int32's range as int32 arithmetic does
+    elif u.dtype == dtypes.int32 and self.index_type != "int" and (u.op is Ops.MULACC or u.op in (Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL) and _may_overflow(u)):
+      expr = self.render_cast(expr, u.dtype)
     return expr
 
   def render_cast(self, x: str, dt: DType, from_dt: DType | None = None) -> str: return f"(({self.type_name(dt)})({x}))"
@@ -141,7 +148,7 @@ class CRenderer:
       elif u.op is Ops.RANGE:
         var = fresh("ridx" if u.arg[1] == "reduce" else "gidx")
         names[u] = var
-        line(f"for (int {var} = {src[0]}; {var} < {src[1]}; {var}++) {{")
+        line(f"for ({self.index_type} {var} = {src[0]}; {var} < {src[1]}; {var}++) {{")
         depth += 1
       elif u.op is Ops.ENDRANGE:
         depth -= 1
@@ -194,7 +201,7 @@ class CRenderer:
         else:
           nesting[u] = 0
           names[u] = fresh("alu")
-          line(f"{self.type_name(u.dtype)} {names[u]} = {_strip(expr)};")
+          line(f"{self.index_type if u.dtype == dtypes.int32 else self.type_name(u.dtype)} {names[u]} = {_strip(expr)};")
     header = self.kernel_header(name, globals_, written, [u for u in uops if u.op is Ops.DEFINE_VAR])
     if streamed: lines += ["#if defined(__x86_64__)", "  _mm_sfence();   /* streaming stores are visible to other threads once the kernel returns */", "#endif"]
     return "\n".join(self.prelude(uops) + [header + " {"] + lines + ["}"] + self.entry_point(name, globals_, written, uops)) + "\n"
@@ -356,6 +363,7 @@ class CRenderer:
     broadcast); masks subtract the bool from zero (true -> -1)."""
     if dt.scalar() == dtypes.bool: return f"(({self.type_name(dt)}){{0}}-(int)({scalar}))"   # GCC won't mix _Bool and vectors
     if dtypes.is_float(dt.scalar()): return f"({scalar}-({self.type_name(dt)}){{0}})"
+    if dt.scalar() == dtypes.int32 and self.index_type != "int": scalar = f"(int)({scalar})"   # a 64-bit index_type value
     return f"(({self.type_name(dt)}){{0}}+{scalar})"
 
 
@@ -474,6 +482,17 @@ def _strip(expr: str) -> str:
     depth -= ch == ")"
     if depth == 0 and i != len(expr) - 1: return expr
   return expr[1:-1]
+
+
+def _may_overflow(u: UOp) -> bool:
+  """Can the signed result of `u` leave its dtype's range, judging by its operands' value bounds?"""
+  lo, hi = dtypes.min(u.dtype), dtypes.max(u.dtype)
+  bounds = [(s.vmin, s.vmax) for s in u.src]
+  if u.op is Ops.NEG: return bounds[0][0] == lo
+  if u.op is Ops.SHL: return bounds[0][0] < 0 or bounds[1][1] >= 8 * u.dtype.itemsize or bounds[0][1] << max(bounds[1][1], 0) > hi
+  (a_lo, a_hi), (b_lo, b_hi) = bounds
+  results = [a_lo + b_lo, a_hi + b_hi] if u.op is Ops.ADD else [a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi]
+  return min(results) < lo or max(results) > hi
 
 
 def _is_index_math(u: UOp) -> bool:

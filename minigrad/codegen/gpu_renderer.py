@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from minigrad.dtype import DType, dtypes
 from minigrad.uop.ops import UOp, Ops
-from minigrad.codegen.c_renderer import CRenderer, _strip
+from minigrad.codegen.c_renderer import CRenderer, _strip, _may_overflow
 
 HALF_TO_FLOAT, FLOAT_TO_HALF = "half_to_float", "float_to_half"   # names of the float16 conversion functions
 
@@ -30,6 +30,7 @@ class GPURenderer(CRenderer):
   threaded_outer_loop = False
   vector_lanes = False
   has_local = True
+  index_type = "int"             # 32-bit index math is what GPUs do fast
   global_qualifier = ""          # address space of buffer parameters (OpenCL: `__global `)
   local_qualifier = ""           # address space of workgroup memory (OpenCL: __local, CUDA: __shared__)
   restrict = "restrict"
@@ -90,17 +91,6 @@ class GPURenderer(CRenderer):
 
 
 WRAPPED = {dtypes.int32: dtypes.uint32, dtypes.int64: dtypes.uint64}   # signed type -> the unsigned type its math wraps in
-
-
-def _may_overflow(u: UOp) -> bool:
-  """Can the signed result of `u` leave its dtype's range, judging by its operands' value bounds?"""
-  lo, hi = dtypes.min(u.dtype), dtypes.max(u.dtype)
-  bounds = [(s.vmin, s.vmax) for s in u.src]
-  if u.op is Ops.NEG: return bounds[0][0] == lo
-  if u.op is Ops.SHL: return bounds[0][0] < 0 or bounds[1][1] >= 8 * u.dtype.itemsize or bounds[0][1] << max(bounds[1][1], 0) > hi
-  (a_lo, a_hi), (b_lo, b_hi) = bounds
-  results = [a_lo + b_lo, a_hi + b_hi] if u.op is Ops.ADD else [a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi]
-  return min(results) < lo or max(results) > hi
 
 
 def half_bits(value: float) -> int:
