@@ -42,3 +42,71 @@ def test_int32_arithmetic_still_wraps():
   # an int32 column broadcast against a vector of lanes (a 64-bit scalar is narrowed before it fills the lanes)
   col = Tensor(x[:4].reshape(4, 1), device="CPU")
   np.testing.assert_array_equal((col * Tensor(np.arange(16, dtype=np.int32), device="CPU")).numpy(), x[:4].reshape(4, 1) * np.arange(16, dtype=np.int32))
+
+
+# ---- matrix products: packed and unpacked operands ----
+
+def matmul_cases():
+  a, b = arr(128, 512), arr(512, 512)
+  big_t = arr(512, 512)
+  batch, shared = arr(2, 64, 512), arr(512, 512)
+  yield "packed", Tensor(a) @ Tensor(b), a @ b
+  yield "packed, transposed operand", Tensor(a) @ Tensor(big_t).T, a @ big_t.T
+  yield "packed, transposed first operand", Tensor(big_t).T[:128] @ Tensor(b), big_t.T[:128] @ b
+  yield "packed, batched rows", Tensor(batch) @ Tensor(shared), batch @ shared
+  bias = arr(512)
+  yield "packed, bias and relu", ((Tensor(a) @ Tensor(b)) + Tensor(bias)).relu(), np.maximum(a @ b + bias, 0)
+  x, y = arr(100, 300), arr(300, 70)
+  yield "odd sizes", Tensor(x) @ Tensor(y), x @ y
+  v, m = arr(1, 1024), arr(1024, 1024)
+  yield "vector times matrix", Tensor(v) @ Tensor(m), v @ m
+  p, q = arr(3, 40, 33), arr(3, 33, 48)
+  yield "batched operands", Tensor(p) @ Tensor(q), p @ q
+  w = arr(256, 784)
+  s = arr(128, 784)
+  yield "x @ w.T (MLP forward)", Tensor(s) @ Tensor(w).T, s @ w.T
+  g, h = arr(128, 784), arr(128, 256)
+  yield "x.T @ dy (weight gradient)", Tensor(g).T @ Tensor(h), g.T @ h
+
+
+@pytest.mark.parametrize("name,result,expected", list(matmul_cases()), ids=[c[0] for c in matmul_cases()])
+def test_matmul_paths_match_numpy(name, result, expected):
+  if name.startswith("packed"): assert len(result.schedule()) == 2   # the packing copy, then the product
+  np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=2e-3)
+
+
+def test_packed_panel_is_prefetched_and_row_sums_are_not():
+  a, b = Tensor(arr(128, 512), device="CPU"), Tensor(arr(512, 512), device="CPU")
+  *pack, product = sources(a @ b)
+  assert len(pack) == 1 and "__builtin_prefetch" not in pack[0]   # the packing copy, then the product
+  assert product.count("__builtin_prefetch(") == 2                # one per vector of the 32-column panel
+  assert "__builtin_prefetch" not in "".join(sources(Tensor(arr(64, 1024), device="CPU").sum(1)))
+
+
+# ---- convolutions ----
+
+def conv_reference(x: np.ndarray, w: np.ndarray, stride: int, padding: int) -> np.ndarray:
+  batch, _, height, width = x.shape
+  out_channels, _, kh, kw = w.shape
+  padded = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+  out_h, out_w = (height + 2 * padding - kh) // stride + 1, (width + 2 * padding - kw) // stride + 1
+  out = np.zeros((batch, out_channels, out_h, out_w), np.float64)
+  for i in range(kh):
+    for j in range(kw):
+      window = padded[:, :, i:i + stride * out_h:stride, j:j + stride * out_w:stride]
+      out += np.einsum("bchw,oc->bohw", window, w[:, :, i, j])
+  return out
+
+
+@pytest.mark.parametrize("shape,filters,kernel,stride,padding", [
+  ((2, 64, 32, 32), 64, 3, 1, 1),    # the benchmark's shape, smaller batch
+  ((2, 16, 17, 19), 8, 3, 1, 1),     # odd sizes: padding masks along the lanes
+  ((2, 16, 16, 16), 32, 3, 2, 1),    # strided
+  ((1, 8, 12, 12), 4, 3, 1, 0),      # no padding
+  ((2, 32, 8, 8), 16, 1, 1, 0),      # 1x1: a matrix product per pixel
+  ((1, 3, 20, 20), 5, 5, 1, 2),      # 5x5 window (not unrolled whole)
+])
+def test_conv2d_paths_match_numpy(shape, filters, kernel, stride, padding):
+  x, w = arr(*shape), arr(filters, shape[1], kernel, kernel)
+  result = Tensor(x).conv2d(Tensor(w), stride=stride, padding=padding).numpy()
+  np.testing.assert_allclose(result, conv_reference(x, w, stride, padding), rtol=1e-4, atol=2e-3)
