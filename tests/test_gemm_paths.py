@@ -5,7 +5,9 @@ variables are `long`), which must still wrap int32 arithmetic as int32."""
 import numpy as np
 import pytest
 from minigrad import Tensor, dtypes
+from minigrad.codegen.linearizer import product_terms
 from minigrad.engine.realize import get_kernel
+from minigrad.uop.ops import UOp, Ops
 
 rng = np.random.default_rng(7)
 
@@ -110,3 +112,22 @@ def test_conv2d_paths_match_numpy(shape, filters, kernel, stride, padding):
   x, w = arr(*shape), arr(filters, shape[1], kernel, kernel)
   result = Tensor(x).conv2d(Tensor(w), stride=stride, padding=padding).numpy()
   np.testing.assert_allclose(result, conv_reference(x, w, stride, padding), rtol=1e-4, atol=2e-3)
+
+
+# ---- accumulating a 3x3 window: one fused multiply-add per product ----
+
+def test_sum_of_products_is_added_product_by_product():
+  x, y, z = (UOp.variable(name, 0, 9).cast(dtypes.float32) for name in "xyz")
+  loop = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 0), UOp.const(dtypes.index, 4)), (0, "reduce"))
+  products = x * y + y * z + z * x
+  assert product_terms(UOp(Ops.REDUCE, dtypes.float32, (products, loop), Ops.ADD)) == [x * y, y * z, z * x]
+  # anything that isn't a pure sum of products is added whole: (1 + x*y) + y*z, a max, a single product
+  for value, op in [((x * y + 1.0) + y * z, Ops.ADD), (products, Ops.MAX), (x * y, Ops.ADD)]:
+    assert product_terms(UOp(Ops.REDUCE, dtypes.float32, (value, loop), op)) == [value]
+
+
+def test_conv_accumulates_through_fused_multiply_adds():
+  x, w = Tensor(arr(2, 8, 16, 16), device="CPU"), Tensor(arr(8, 8, 3, 3), device="CPU")
+  (src,) = sources(x.conv2d(w, padding=1))
+  update = next(line.strip() for line in src.splitlines() if line.strip().startswith("acc0 = "))
+  assert update.count("acc0") == 2 and "(acc0+(val" in update   # acc0 = (((acc0 + v*w) + v*w) ...
