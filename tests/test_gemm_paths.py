@@ -56,6 +56,8 @@ def matmul_cases():
   yield "packed, transposed operand", Tensor(a) @ Tensor(big_t).T, a @ big_t.T
   yield "packed, transposed first operand", Tensor(big_t).T[:128] @ Tensor(b), big_t.T[:128] @ b
   yield "packed, batched rows", Tensor(batch) @ Tensor(shared), batch @ shared
+  c = arr(512, 544)   # 544 columns: 32-column panels (17 of them)
+  yield "packed, 32-column panels", Tensor(a) @ Tensor(c), a @ c
   bias = arr(512)
   yield "packed, bias and relu", ((Tensor(a) @ Tensor(b)) + Tensor(bias)).relu(), np.maximum(a @ b + bias, 0)
   x, y = arr(100, 300), arr(300, 70)
@@ -81,7 +83,7 @@ def test_packed_panel_is_prefetched_and_row_sums_are_not():
   a, b = Tensor(arr(128, 512), device="CPU"), Tensor(arr(512, 512), device="CPU")
   *pack, product = sources(a @ b)
   assert len(pack) == 1 and "__builtin_prefetch" not in pack[0]   # the packing copy, then the product
-  assert product.count("__builtin_prefetch(") == 2                # one per vector of the 32-column panel
+  assert product.count("__builtin_prefetch(") == 4                # one per vector of the 64-column panel
   assert "__builtin_prefetch" not in "".join(sources(Tensor(arr(64, 1024), device="CPU").sum(1)))
 
 

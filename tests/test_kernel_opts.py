@@ -101,11 +101,12 @@ def test_gpu_opt_pairs_match_plain_loops(device, name):
 
 
 def test_matmul_heuristics_give_a_simd_register_tile():
-  a, b = arr(64, 32), arr(32, 128)
+  a, b = arr(64, 32), arr(32, 512)
   t = Tensor(a) @ Tensor(b)
   (item,) = t.schedule()
   program = get_kernel(item.ast, "CPU")
-  # 16 lanes, 4 vectors of columns x 4 rows: 16 accumulators, 8 loads per 16 multiply-adds; column tiles outermost
+  # 16 lanes, 4 vectors of columns x 4 rows: 16 accumulators, 8 loads per 16 multiply-adds; the 8 column tiles
+  # outermost (shared by the threads), the row tiles sweep each
   assert program.kernel.applied_opts == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 4), Opt("UPCAST", 0, 4), Opt("SWAP", 0, 1)]
   assert "float_v16 acc15 " in program.source and "acc16" not in program.source
   np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
@@ -121,15 +122,16 @@ def test_matmul_tile_fits_odd_shapes():
 
 @pytest.mark.parametrize("transposed", [False, True])
 def test_big_matmul_reads_a_packed_copy_of_its_columns(transposed):
-  from minigrad.schedule.packing import PANEL_WIDTH
+  from minigrad.schedule.packing import PANEL_WIDTHS
+  width = next(w for w in PANEL_WIDTHS if 1024 % w == 0)
   a, b = arr(64, 256), arr(256, 1024)   # b: 1 MB, reused by 64 rows
   tb = Tensor(np.ascontiguousarray(b.T)).T if transposed else Tensor(b)
   t = Tensor(a) @ tb
   pack, product = t.schedule()
   assert pack.bufs[0].arg[1] == b.size and pack.bufs[0] in product.bufs
   program = get_kernel(product.ast, "CPU")
-  # one contiguous panel of PANEL_WIDTH columns per k: two vector loads 16 floats apart, the next k PANEL_WIDTH further
-  assert f"(ridx0*{PANEL_WIDTH})]" in program.source and f"(ridx0*{PANEL_WIDTH}))+16]" in program.source, program.source
+  # one contiguous panel of `width` columns per k: vector loads 16 floats apart, the next k `width` further
+  assert f"(ridx0*{width})]" in program.source and f"(ridx0*{width}))+16]" in program.source, program.source
   np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
   small = Tensor(a) @ Tensor(b[:, :256])   # 256 KB stays in the cache as it is
   assert len(small.schedule()) == 1
@@ -226,14 +228,16 @@ def test_transposing_copy_takes_lanes_along_the_contiguous_input():
   np.testing.assert_array_equal(t.numpy(), x.T)
 
 
-def test_big_matmul_is_blocked_for_the_l2_cache():
-  a, b = arr(512, 512), arr(512, 1024)   # a: 1 MB, more than one L2 block of rows
+def test_big_matmul_sweeps_the_rows_under_each_panel():
+  a, b = arr(512, 512), arr(512, 1024)
   t = Tensor(a) @ Tensor(b)
   pack, product = t.schedule()
   opts = get_kernel(product.ast, "CPU").kernel.applied_opts
-  # blocks of 32 row tiles (32 x 8 rows x 512 floats = 512 KB) outermost, then the column panels, then a block's tiles
-  assert opts == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 8), Opt("LOCAL", 0, 32)], opts
+  # 4 rows x 4 vectors: one 64-column panel per tile; the 16 panels outermost, all row tiles under each
+  assert opts == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 4), Opt("UPCAST", 0, 4), Opt("SWAP", 0, 1)], opts
   np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+  narrow = Tensor(arr(512, 1024)) @ Tensor(arr(1024, 256))   # 4 panels: too few to share out, rows stay outermost
+  assert Opt("SWAP", 0, 1) not in get_kernel(narrow.schedule()[-1].ast, "CPU").kernel.applied_opts
 
 
 def test_conv_tile_shares_window_rows_and_counts_masked_loads():

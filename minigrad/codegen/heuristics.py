@@ -19,7 +19,7 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
      work per loop trip, shared loads, and the masks of padded loads stop depending on the loop.
   4. loop order, in a matrix product: the output dim the biggest per-tile input doesn't depend on runs
      innermost, so that input stays in cache while the tiles sweep along it (a matmul's packed column panel,
-     see minigrad.schedule.packing); a long one is cut into blocks that fit in L2, which run outermost.
+     see minigrad.schedule.packing), when the other dim has enough tiles to share out to the threads.
   5. row reductions (no lanes on the output): lanes from a contiguous reduce dim, summed across at the end;
      4 vectors per loop trip, so a max (a compare and a blend per vector) isn't waiting on the previous one.
   6. kernels with several reduces (see minigrad.schedule.scheduler.KernelPlan): lanes of one width on the
@@ -44,7 +44,7 @@ MAX_ACCUMULATORS = 16      # of the 32 vector registers, half hold accumulators
 MAX_UNROLLED_REDUCE = 4    # reduce dims up to this size are unrolled whole
 ROW_UNROLL = 4             # vectors per loop trip in a row reduction: a shorter chain through the accumulator
 MASKED_LOAD_COST = 3       # a padded vector load: its lane mask and the masked load (measured: conv tiles rank right)
-L2_BLOCK_BYTES = 512 << 10  # a block of matmul rows kept in the (2 MB) L2 cache while the column panels go by
+MIN_OUTER_TRIPS = 8        # a matrix product's column tiles run outermost (shared by the threads) from this many on
 FUSED_MIN_ROWS = 64        # a fused-reduce kernel with this many rows takes two per outer loop trip
 
 
@@ -253,9 +253,11 @@ def _tile_cost(k: Kernel) -> tuple[float, int]:
 
 def _order_loops(k: Kernel) -> None:
   """4. In a matrix product (two output dims), the dim the biggest per-tile input doesn't depend on (a matmul's
-  rows, along which the packed column panel stays the same) runs innermost. When it is long, it is cut into
-  blocks whose rows of the other input fit in L2_BLOCK_BYTES: blocks outermost, then the panels, then a
-  block's rows (a LOCAL dim, an inner loop on the CPU), so both inputs are read from L2 rather than memory."""
+  rows, along which the packed column panel stays the same) runs innermost, so that input stays in L2 while the
+  row tiles sweep it and the other input streams by - when the other dim, which then runs outermost and is shared
+  out to the threads, has at least MIN_OUTER_TRIPS trips (a narrow product's second operand fits in L2 anyway).
+  The rows are not cut into L2-sized blocks: with the panel prefetched (see CRenderer.panel_prefetches) that
+  measured slower (1024^2: 152 -> 158 GFLOPS per core, 2048^2: 131 -> 156; 2 threads alike)."""
   globals_ = k.axes_of("global")
   if len(globals_) != 2: return
   inner = [a for a in range(k.shape_len) if k.axis_kinds[a] not in ("global", "local")]
@@ -270,8 +272,5 @@ def _order_loops(k: Kernel) -> None:
   candidates = [a for a in globals_ if strides[a] == 0 and k.full_shape[a] > 1]
   if not candidates: return
   rows = candidates[-1]
-  row_tile_bytes = max((tile_bytes(st) for st in inputs if index_strides(st)[rows] != 0), default=0)
-  block = next((b for b in (64, 32, 16, 8, 4) if b * row_tile_bytes <= L2_BLOCK_BYTES and k.full_shape[rows] % b == 0 and k.full_shape[rows] > b), None) \
-    if k.full_shape[rows] * row_tile_bytes > L2_BLOCK_BYTES else None
-  if block is not None: k.apply_opt(Opt("LOCAL", globals_.index(rows), block))
-  elif rows != globals_[-1]: k.apply_opt(Opt("SWAP", globals_.index(rows), len(globals_) - 1))
+  outer = next(a for a in globals_ if a != rows)
+  if rows != globals_[-1] and k.full_shape[outer] >= MIN_OUTER_TRIPS: k.apply_opt(Opt("SWAP", globals_.index(rows), len(globals_) - 1))

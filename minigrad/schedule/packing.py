@@ -2,20 +2,22 @@
 
 Input: the scheduler's ScheduleItems. Output: the same items, where a large matmul-shaped reduce kernel that
 reads a 2-d operand `b` (one reduce dim k, one output dim j) gets a copy kernel before it that writes
-b[k, j] as panels of PANEL_WIDTH columns: packed[j // PANEL_WIDTH][k][j % PANEL_WIDTH]. The product then reads
-one contiguous panel per tile of output columns instead of PANEL_WIDTH-wide strips a whole row apart: the
-panel stays in the L2 cache while the kernel sweeps the rows, and the hardware prefetcher sees one stream.
-(Rows a power-of-two apart also map to the same few cache sets, so unpacked strips evict each other.)
+b[k, j] as panels of W columns: packed[j // W][k][j % W], W the first of PANEL_WIDTHS that divides b's columns.
+The product then reads one contiguous panel per tile of output columns instead of W-wide strips a whole row
+apart: the panel stays in the L2 cache while the kernel sweeps the rows, and one stream is easy to prefetch
+(the C renderer prefetches it ahead, see CRenderer.panel_prefetches). (Rows a power-of-two apart also map to
+the same few cache sets, so unpacked strips evict each other.)
 
-The codegen heuristics give such a kernel output tiles of PANEL_WIDTH columns (two 16-float vectors), so
-each tile reads exactly one panel.
+The codegen heuristics give such a kernel output tiles of W columns (4 rows x 4 vectors of 16 floats for
+W = 64, 8 x 2 for W = 32: the tiles with the fewest loads per multiply-add), so each tile reads exactly one
+panel.
 """
 from __future__ import annotations
 from minigrad.dtype import dtypes
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.shapetracker import ShapeTracker, View
 
-PANEL_WIDTH = 32              # output columns per register tile: two AVX-512 vectors of float32
+PANEL_WIDTHS = (64, 32)       # output columns per register tile: four (or two) AVX-512 vectors of float32
 MIN_PACKED_BYTES = 1 << 20    # smaller operands stay in the L2 cache as they are
 MIN_ROWS = 64                 # the packed copy must be reused by at least this many output rows
 MIN_REDUCE = 64               # and be long enough in k to pay for the copy
@@ -69,14 +71,15 @@ def _packing_plan(item, load: UOp):
   if len(store.src[1].arg.views) != 1 or out_view.strides[j_axis] != 1: return None   # j must be the output's contiguous dim
   J, K = view.shape[j_axis], view.shape[k_axis]
   rows = [a for a, size in enumerate(view.shape) if a not in (j_axis, k_axis) and a not in reduce_axes and size > 1]
-  if J % PANEL_WIDTH or K < MIN_REDUCE or J * K * 4 < MIN_PACKED_BYTES: return None
+  width = next((w for w in PANEL_WIDTHS if J % w == 0), None)
+  if width is None or K < MIN_REDUCE or J * K * 4 < MIN_PACKED_BYTES: return None
   if not rows or max(view.shape[a] for a in rows) < MIN_ROWS: return None
   if any(view.shape[a] > 1 for a in reduce_axes - {k_axis}): return None
   s_j, s_k = view.strides[j_axis], view.strides[k_axis]
-  # the copy: packed[p][k][c] = b[(p * PANEL_WIDTH + c) * s_j + k * s_k + offset]
-  panels = View.create((J // PANEL_WIDTH, K, PANEL_WIDTH))
-  pack_view = ShapeTracker((View.create(panels.shape, (PANEL_WIDTH * s_j, s_k, s_j), view.offset),))
-  # the product reads packed[j // PANEL_WIDTH][k][j % PANEL_WIDTH] at kernel coordinates (..., j, ..., k, ...)
+  # the copy: packed[p][k][c] = b[(p * width + c) * s_j + k * s_k + offset]
+  panels = View.create((J // width, K, width))
+  pack_view = ShapeTracker((View.create(panels.shape, (width * s_j, s_k, s_j), view.offset),))
+  # the product reads packed[j // width][k][j % width] at kernel coordinates (..., j, ..., k, ...)
   as_jk = ShapeTracker.from_shape(panels.shape).permute((0, 2, 1)).reshape((J, K))
   if k_axis < j_axis: as_jk = as_jk.permute((1, 0))
   with_ones = tuple(size if a in (j_axis, k_axis) else 1 for a, size in enumerate(view.shape))
