@@ -65,17 +65,18 @@ def test_lists_from_several_python_threads_at_once():
 
 def _in_child(queue) -> None:
   x = np.arange(N, dtype=np.float32)
-  queue.put(float(((Tensor(x) + 1) * 2).sum().item()))
+  queue.put(float(((Tensor(x, device="CPU") + 1) * 2).sum().item()))
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_starts_its_own_threads():
-  (Tensor(np.ones(N, np.float32)) * 3).realize()   # the parent's pool is running
+  (Tensor(np.ones(N, np.float32), device="CPU") * 3).realize()   # the parent's pool is running
   context = multiprocessing.get_context("fork")
   queue = context.Queue()
   child = context.Process(target=_in_child, args=(queue,))
   child.start()
   child.join(timeout=120)
+  if child.exitcode is None: child.kill()
   assert child.exitcode == 0
   x = np.arange(N, dtype=np.float64)
   assert queue.get(timeout=10) == pytest.approx(((x + 1) * 2).sum(), rel=1e-6)
