@@ -14,7 +14,9 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
      vector loads don't depend on (a matmul's rows, a convolution's output channels) and another output dim
      (a convolution's output rows). Of the candidates, the one with the fewest loads per multiply-add in a
      trip of the reduce loop wins; loads whose indices coincide count once, so a 3x3 window's overlapping
-     input rows are shared between output rows, and masked loads (padding) count 3.
+     input rows are shared between output rows, masked loads (padding) count 3, and loads of an input that
+     stays in cache from one tile to the next count nothing (a convolution's weights: its best tile is 16
+     output channels x 1 row, 16 multiply-adds per input vector, each weight broadcast inside its FMA).
   3. short reduce dims (a 3x3 window) are unrolled whole when a longer reduce loop remains: more independent
      work per loop trip, shared loads, and the masks of padded loads stop depending on the loop.
   4. loop order, in a matrix product: the output dim the biggest per-tile input doesn't depend on runs
@@ -39,13 +41,15 @@ from minigrad.uop.shapetracker import ShapeTracker
 from minigrad.uop.symbolic import split_terms
 
 LANES = tuple(sorted(VECTOR_WIDTHS, reverse=True))
-TILE_ROWS = (1, 2, 4, 8)   # register tile rows tried
+TILE_ROWS = (1, 2, 4, 8, 16)   # register tile rows tried
 MAX_ACCUMULATORS = 16      # of the 32 vector registers, half hold accumulators
 MAX_UNROLLED_REDUCE = 4    # reduce dims up to this size are unrolled whole
 ROW_UNROLL = 4             # vectors per loop trip in a row reduction: a shorter chain through the accumulator
 MASKED_LOAD_COST = 3       # a padded vector load: its lane mask and the masked load (measured: conv tiles rank right)
 MIN_OUTER_TRIPS = 8        # a matrix product's column tiles run outermost (shared by the threads) from this many on
 FUSED_MIN_ROWS = 64        # a fused-reduce kernel with this many rows takes two per outer loop trip
+CACHED_BYTES = 1 << 20     # an input part a tile reads over its whole reduce loop that stays in cache (half of L2)...
+MIN_REUSE_TILES = 8        # ...when at least this many consecutive tiles read that same part
 
 
 @functools.lru_cache(maxsize=4096)
@@ -174,12 +178,13 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
       amounts = {a: n for a, n in zip([lane_remainder] + axes, (vectors,) + amounts_of_axes) if a is not None and n > 1}
       if prod(amounts.values()) > MAX_ACCUMULATORS or any(k.full_shape[a] % n for a, n in amounts.items()): continue
       opts = _upcasts(globals_, [(a, amounts[a]) for a in [lane_remainder] + axes if a in amounts], k.full_shape) + unrolls
-      score = _tile_cost_from_strides(k, amounts, unrolled)
+      resident = _resident_inputs(k, amounts) if unrolled else frozenset()
+      score = _tile_cost_from_strides(k, amounts, unrolled, resident)
       if score is None:   # an index that isn't affine in a dim before the split: count on the split kernel
         trial = k
         for opt in opts: trial = trial and _trial(trial, opt)
         if trial is None: continue
-        score = _tile_cost(trial)
+        score = _tile_cost(trial, resident)
       if best is None or score < best[0]: best = (score, opts)
   if best is None or best[0][0] >= 1 - min_reuse: return False
   for opt in best[1]: k.apply_opt(opt)
@@ -187,10 +192,35 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
   return True
 
 
-def _loop_loads(k: Kernel) -> list[ShapeTracker]:
-  """The inputs read inside the reduce loop (an input that doesn't depend on it is loaded once, before the loop)."""
+def _loop_loads(k: Kernel, resident: frozenset[int] = frozenset()) -> list[ShapeTracker]:
+  """The inputs read inside the reduce loop (an input that doesn't depend on it is loaded once, before the loop),
+  except the `resident` ones (indices into k.sts, see _resident_inputs)."""
   reduce_dims = [d for d in range(k.first_reduce, k.shape_len) if k.axis_kinds[d] in ("reduce", "unroll")]
-  return [st for st in k.sts if st is not k.output_st and any(index_strides(st)[d] != 0 for d in reduce_dims)]
+  return [st for i, st in enumerate(k.sts) if st is not k.output_st and i not in resident and any(index_strides(st)[d] != 0 for d in reduce_dims)]
+
+
+def _resident_inputs(k: Kernel, amounts: dict[int, int]) -> frozenset[int]:
+  """The inputs (indices into k.sts) that stay in cache from one tile to the next, so their loads cost a tile
+  nothing: the innermost global dims don't index them for MIN_REUSE_TILES consecutive tiles, and one tile's part of
+  them over the whole reduce loop fits in CACHED_BYTES (a convolution's weights for a tile of output channels, which
+  the output positions sweep; measured, 3x3 with 64/128/256 input channels: 16 channels x 1 row beats 4 x 4,
+  which loads fewer weights but more input vectors, by 7-11% per core). Used for kernels with an unrolled window
+  only: a batched matrix product's rows would pass too, but 16 rows x 1 vector measured 15% slower there than
+  4 x 4. In a matrix product (two global dims) rule 4 runs the rows innermost, so neither operand stays."""
+  globals_ = k.axes_of("global")
+  if len(globals_) <= 2: return frozenset()
+  inner = [a for a in range(k.shape_len) if k.axis_kinds[a] not in ("global", "local")]
+  resident = set()
+  for i, st in enumerate(k.sts):
+    if st is k.output_st: continue
+    strides = index_strides(st)
+    tiles = 1
+    for axis in reversed(globals_):
+      if strides[axis] != 0: break
+      tiles *= k.full_shape[axis] // amounts.get(axis, 1)
+    footprint = prod(k.full_shape[a] for a in inner if strides[a] != 0) * prod(n for a, n in amounts.items() if strides[a] != 0) * 4
+    if tiles >= MIN_REUSE_TILES and footprint <= CACHED_BYTES: resident.add(i)
+  return frozenset(resident)
 
 
 def _upcasts(globals_: list[int], splits: list[tuple[int, int]], shape: tuple[int, ...]) -> list[Opt]:
@@ -211,13 +241,13 @@ def _count_loads(tile: list[tuple[int | None, int]]) -> int:
   return len(offsets)
 
 
-def _tile_cost_from_strides(k: Kernel, upcasts: dict[int, int], unrolled: list[int]) -> tuple[float, int] | None:
+def _tile_cost_from_strides(k: Kernel, upcasts: dict[int, int], unrolled: list[int], resident: frozenset[int] = frozenset()) -> tuple[float, int] | None:
   """`_tile_cost` of the kernel with `upcasts` (dim -> amount) and `unrolled` dims, from the strides of the
   unsplit kernel: the inner part of a split dim keeps its stride. None if some index isn't affine there."""
   accumulators = prod(upcasts.values())
   fmas = accumulators * prod(k.full_shape[a] for a in unrolled)
   loads = 0
-  for st in _loop_loads(k):
+  for st in _loop_loads(k, resident):
     strides = index_strides(st)
     tile = [(strides[a], n) for a, n in upcasts.items()] + [(strides[a], k.full_shape[a]) for a in unrolled]
     if any(stride is None for stride, _ in tile): return None
@@ -240,14 +270,15 @@ def valid_dims(st: ShapeTracker) -> frozenset[int]:
   return frozenset(d for d, variable in enumerate(variables) if variable in nodes)
 
 
-def _tile_cost(k: Kernel) -> tuple[float, int]:
+def _tile_cost(k: Kernel, resident: frozenset[int] = frozenset()) -> tuple[float, int]:
   """(loads per multiply-add in one reduce-loop trip, -accumulators): smaller is better. The first upcast dim
-  is the SIMD lanes; the other upcast dims make accumulators, the unrolled dims multiply-adds per accumulator."""
+  is the SIMD lanes; the other upcast dims make accumulators, the unrolled dims multiply-adds per accumulator.
+  Loads of the `resident` inputs (indices into k.sts) don't count."""
   lanes = k.first_upcast
   tile_dims = [d for d in range(lanes + 1, k.shape_len)]
   accumulators = prod(k.full_shape[d] for d in tile_dims if k.axis_kinds[d] == "upcast")
   fmas = accumulators * prod(k.full_shape[d] for d in tile_dims if k.axis_kinds[d] == "unroll")
-  loads = sum(_count_loads([(index_strides(st)[d], k.full_shape[d]) for d in tile_dims]) * _load_cost(st, lanes) for st in _loop_loads(k))
+  loads = sum(_count_loads([(index_strides(st)[d], k.full_shape[d]) for d in tile_dims]) * _load_cost(st, lanes) for st in _loop_loads(k, resident))
   return (loads / fmas, -accumulators)
 
 
