@@ -1,7 +1,8 @@
 """Matrix products and convolutions on the CPU through the paths the heuristics and the operand packing choose
-(register tiles, packed panels, loop blocking), against numpy: odd sizes, transposed operands, batches, fused
-epilogues, padded and strided convolutions. Also the C renderer's 64-bit index math (loop counters and int32
-variables are `long`), which must still wrap int32 arithmetic as int32."""
+(register tiles, packed and prefetched panels, loop order), against numpy: odd sizes, transposed operands, batches,
+fused epilogues, padded and strided convolutions, and a window's products added one fused multiply-add at a time.
+Also the C renderer's 64-bit index math (loop counters and int32 variables are `long`), which must still wrap
+int32 arithmetic as int32."""
 import numpy as np
 import pytest
 from minigrad import Tensor, dtypes
