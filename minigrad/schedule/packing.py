@@ -42,7 +42,7 @@ def pack_operands(items: list, make_item) -> list:
       # a new kernel argument: other loads may still read the unpacked buffer
       replace[load] = UOp(Ops.LOAD, load.dtype, (UOp(Ops.DEFINE_GLOBAL, load.src[0].dtype, (), len(bufs)), UOp(Ops.VIEW, arg=packed_view)))
       bufs.append(packed)
-    out.append(make_item(_substitute(item.ast, replace), tuple(bufs)))
+    out.append(make_item(item.ast.substitute(replace), tuple(bufs)))
   return out
 
 
@@ -93,10 +93,3 @@ def _copy_ast(dtype, pack_view: ShapeTracker, panels: View) -> UOp:
   source = UOp(Ops.LOAD, dtype, (UOp(Ops.DEFINE_GLOBAL, dtype.ptr(), (), 1), UOp(Ops.VIEW, arg=pack_view.permute(order))))
   store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, dtype.ptr(), (), 0), UOp(Ops.VIEW, arg=ShapeTracker((panels,)).permute(order)), source))
   return UOp(Ops.SINK, dtypes.void, (store,))
-
-
-def _substitute(root: UOp, replace: dict[UOp, UOp]) -> UOp:
-  built: dict[UOp, UOp] = {}
-  for node in root.toposort:
-    built[node] = replace.get(node) or (node.replace(src=tuple(built[s] for s in node.src)) if node.src else node)
-  return built[root]
