@@ -1,6 +1,6 @@
 """Memory planning: intermediate buffers whose lifetimes don't overlap share one allocation.
 
-Input: the launches of a schedule (or of a TinyJit capture) as lists of buffer keys, the written buffer first, and
+Input: the launches of a schedule (or of a TinyJit capture) as lists of buffer keys, the written buffers first, and
 which of those keys are intermediates that may share memory, with their device, size and dtype. Output: a
 `MemoryPlan` holding one `PooledBuffer` per intermediate (a Buffer that borrows the memory of a larger block) and
 the bytes allocated with and without sharing.
@@ -79,7 +79,7 @@ class _Block:
 
 def plan_memory(launches: Sequence[Sequence[Hashable]], intermediates: dict[Hashable, tuple[str, int, DType]]) -> MemoryPlan:
   """Share memory among `intermediates` (key -> (device, size, dtype)) used by `launches` (each a sequence of
-  buffer keys, the written one first). Keys not in `intermediates` are left alone."""
+  buffer keys, the written ones first). Keys not in `intermediates` are left alone."""
   first_use: dict[Hashable, int] = {}
   last_use: dict[Hashable, int] = {}
   for i, keys in enumerate(launches):

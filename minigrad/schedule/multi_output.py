@@ -30,8 +30,6 @@ class _Group:
     self.outputs = {item.bufs[0]}
     self.touched = set(item.bufs)
 
-  def key(self): return _merge_key(self.items[0])
-
   def can_take(self, item) -> bool:
     if self.closed or len(self.items) >= MAX_OUTPUTS or len(self.touched | set(item.bufs)) > MAX_BUFFERS: return False
     if not self.touched & set(item.bufs[1:]): return False
@@ -50,7 +48,7 @@ def _loads(item) -> list[UOp]: return [n for n in item.ast.toposort if n.op is O
 
 def _merge_key(item) -> tuple | None:
   """What items must share to be merged, or None if the item can't be merged at all."""
-  if len(item.ast.src) != 1 or getattr(item, "outputs", 1) != 1: return None
+  if len(item.ast.src) != 1 or item.outputs != 1: return None
   store = _store(item)
   if not store.src[1].arg.contiguous or any(n.op is Ops.REDUCE_AXIS for n in item.ast.toposort): return None
   return (item.device, store.src[1], store.src[2].dtype)
@@ -72,7 +70,7 @@ def merge_elementwise(items: list, make_item: Callable) -> list:
       if key is not None: open_group[key] = group
     for buf in item.bufs[1:]:   # whoever reads a group's output runs after it: the group can't move past it
       if (source := writer.get(buf)) is not None and source is not group: source.closed = True
-    for buf in item.bufs[:getattr(item, "outputs", 1)]: writer[buf] = group
+    for buf in item.bufs[:item.outputs]: writer[buf] = group
   last_position = {id(item): i for i, item in enumerate(items)}
   groups.sort(key=lambda g: last_position[id(g.items[-1])])
   return [g.items[0] if len(g.items) == 1 else _merged(g, make_item) for g in groups]
