@@ -38,9 +38,9 @@ def product_terms(reduce: UOp) -> list[UOp]:
   """What one trip of `reduce`'s loops adds to its accumulator, as the terms to add one after the other. A sum of
   products (m0 + m1) + m2 ... (an unrolled reduce: a 3x3 window's nine) is added product by product, so each becomes
   one fused multiply-add into the accumulator, rather than a separate sum added at the end (one multiply-add fewer per
-  trip and a live temporary less per accumulator: conv2d 3x3 kernel +11% on one core), when the loop has at least
-  CHAINED_ACCUMULATORS accumulators (else the chain through one would be its critical path). Anything else is added
-  whole."""
+  trip and a live temporary less per accumulator: conv2d 3x3 kernel +11% on one core). Anything else is added whole.
+  The emitter uses these terms only when the loop has at least CHAINED_ACCUMULATORS accumulators (else the chain
+  through one would be its critical path)."""
   head, terms = reduce.src[0], []
   if reduce.arg is not Ops.ADD: return [head]
   while head.op is Ops.ADD and head.src[1].op is Ops.MUL:

@@ -163,7 +163,8 @@ class _FunctionWriter:
     written = {u.src[0].src[0].arg for u in self.uops if u.op is Ops.STORE}
     for g in sorted((u for u in self.uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg):
       params.append(f"ptr noalias {'' if g.arg in written else 'readonly '}%data{g.arg}")   # noalias: C's restrict
-    params += [f"i32 %{v.arg[0]}" for v in self.uops if v.op is Ops.DEFINE_VAR]
+    variables = [v.arg[0] for v in self.uops if v.op is Ops.DEFINE_VAR]
+    params += [f"i32 %{name}" for name in variables]
     widest = max((u.dtype.itemsize * 8 for u in self.uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)), default=0)
     # without min-legal-vector-width, x86 targets that prefer 256-bit vectors split <16 x float> into halves
     attributes = f'nounwind "min-legal-vector-width"="{widest}" "no-trapping-math"="true"'
@@ -171,20 +172,16 @@ class _FunctionWriter:
     if self.zeros_size: out.append(f"@zeros = private unnamed_addr constant [{self.zeros_size} x i8] zeroinitializer, align 64")
     out += sorted(self.declarations)
     out.append(f"define void @{_symbol(self.name)}({', '.join(params)}) #0 {{")
-    out += ["entry:"] + self.entry_lines + self.lines + ["  ret void", "}"] + self.entry_point(params)
+    out += ["entry:"] + self.entry_lines + self.lines + ["  ret void", "}"] + self.entry_point(len(params) - len(variables), variables)
     out.append(f"attributes #0 = {{ {attributes} }}")
     return "\n".join(out) + "\n"
 
-  def entry_point(self, params: list[str]) -> list[str]:
+  def entry_point(self, buffers: int, variables: list[str]) -> list[str]:
     """`<name>_entry(bufs, core_start, core_end)`: the one signature the CPU thread pool calls every kernel by
-    (minigrad/runtime/cpu_pool.c); the buffers come as an array of addresses, in the order of the kernel's."""
-    lines, args = [f"define void @{_symbol(self.name + '_entry')}(ptr %bufs, i32 %core_start, i32 %core_end) #0 {{", "entry:"], []
-    for i, param in enumerate(params):
-      if param.startswith("i32 "):
-        args.append(param)
-        continue
-      lines += [f"  %slot{i} = getelementptr inbounds ptr, ptr %bufs, i64 {i}", f"  %buf{i} = load ptr, ptr %slot{i}"]
-      args.append(f"ptr %buf{i}")
+    (minigrad/runtime/cpu_pool.c); the kernel's `buffers` come as an array of addresses, in the kernel's order."""
+    lines = [f"define void @{_symbol(self.name + '_entry')}(ptr %bufs, i32 %core_start, i32 %core_end) #0 {{", "entry:"]
+    for i in range(buffers): lines += [f"  %slot{i} = getelementptr inbounds ptr, ptr %bufs, i64 {i}", f"  %buf{i} = load ptr, ptr %slot{i}"]
+    args = [f"ptr %buf{i}" for i in range(buffers)] + [f"i32 %{name}" for name in variables]
     return lines + [f"  call void @{_symbol(self.name)}({', '.join(args)})", "  ret void", "}"]
 
   def render_uop(self, u: UOp) -> None:
