@@ -313,6 +313,8 @@ class CapturedCall:
     # a carried tensor whose value before the call shared a slot with another one must still share it
     self.alias_checks = [(slot, j) for j, slot in enumerate(recording.state_reads) if slot is not None and self.kinds[slot] != ("state", j)]
     self.launch_list: LaunchList | bool | None = None   # all kernels as one CPU thread-pool call (built at the first replay)
+    self.variable_args: list[tuple[int, int, int]] = []   # (launch, argument, slot) of the addresses each replay rewrites
+    self.counts = (0, 0)                                   # FLOPs and bytes of one replay, for GlobalCounters
     self.memory = plan_memory([slots for _, slots in self.launches], temps)
     for slot, pooled in self.memory.buffers.items(): self.buffers[slot] = pooled.allocate()
     if DEBUG >= 1:
