@@ -4,13 +4,13 @@ minigrad vs torch on the CPU, side by side in one process.
   python bench/mlp_train.py                          # 7 timed runs of 20 steps each, after 5 warm-up steps
   python bench/mlp_train.py --runs 9 --steps 50 --torch-threads 2
 
-Each step takes a fresh batch from a pool of random batches (wrapping the numpy arrays is part of the step),
-runs forward, backward and the Adam update. minigrad's optimizer.step() realizes the new weights and Adam
-state, so a step is fully computed when it returns; each timed block ends by reading loss.item() (for all
-runners). minigrad runs twice: eagerly (each step scheduled and its kernels looked up) and with the step wrapped
-in TinyJit (after the warm-up, each step replays the captured kernels). The runners alternate, so a slow moment
-on the machine hits all of them. Printed: the machine, the median steps/s of each (with the range over the
-runs) and the ratios to torch.
+Each step takes a fresh batch from a pool of random batches (wrapping the numpy arrays, without a copy by
+Tensor.from_numpy and torch.from_numpy, is part of the step), runs forward, backward and the Adam update.
+minigrad's optimizer.step() realizes the new weights and Adam state, so a step is fully computed when it
+returns; each timed block ends by reading loss.item() (for all runners). minigrad runs twice: eagerly (each step
+scheduled and its kernels looked up) and with the step wrapped in TinyJit (after the warm-up, each step replays
+the captured kernels). The runners alternate, so a slow moment on the machine hits all of them. Printed: the
+machine, the median steps/s of each (with the range over the runs) and the ratios to torch.
 """
 from __future__ import annotations
 from typing import Callable
@@ -66,7 +66,7 @@ def minigrad_runner(batches: list[tuple[np.ndarray, np.ndarray]], lr: float, jit
     for _ in range(steps):
       images, labels = batches[position % len(batches)]
       position += 1
-      loss = step(Tensor(images), Tensor(labels))
+      loss = step(Tensor.from_numpy(images), Tensor.from_numpy(labels))   # shares memory, as torch.from_numpy below
     return float(loss.item())
   return run
 

@@ -21,8 +21,8 @@ from minigrad.tensor_create import CreationMixin
 from minigrad.tensor_nn import NNMixin
 from minigrad.function import const_uop
 from minigrad.schedule.scheduler import create_schedule, buffer_view
-from minigrad.engine.realize import run_schedule, buffer_of, note_assign
-from minigrad.runtime.device import Device
+from minigrad.engine.realize import run_schedule, buffer_of, buffers, note_assign
+from minigrad.runtime.device import Buffer, Device
 
 Scalar = int | float | bool
 
@@ -77,6 +77,21 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
     buffer = UOp.new_buffer(dev, arr.size, dt)
     buffer_of(buffer).copyin(arr.reshape(-1))
     self.uop = buffer_view(buffer, arr.shape)
+
+  @staticmethod
+  def from_numpy(array: np.ndarray, device: str | None = None) -> Tensor:
+    """A tensor sharing the memory of a numpy array, as torch.from_numpy: no copy, same dtype and shape. Evaluation
+    is lazy, so a change to the array shows in every result computed from the tensor afterwards; minigrad never
+    writes into the array. The array must be C-contiguous, aligned and in native byte order, and the device one
+    that keeps buffers in host memory (CPU, LLVM); Tensor(array) copies any array, to any device."""
+    if not isinstance(array, np.ndarray): raise TypeError(f"Tensor.from_numpy takes a numpy array, got {type(array).__name__}")
+    if array.dtype.byteorder not in "=|": raise ValueError(f"Tensor.from_numpy: the array's byte order ({array.dtype}) isn't native; Tensor(array) converts it")
+    if not array.flags.c_contiguous or not array.flags.aligned:
+      raise ValueError("Tensor.from_numpy needs a C-contiguous, aligned array (np.ascontiguousarray makes one; Tensor(array) copies any array)")
+    dt = from_numpy(array.dtype)
+    buffer = UOp.new_buffer(Device.canonicalize(device or Device.DEFAULT), array.size, dt)
+    buffers[buffer] = Buffer.of_host_array(buffer.device, array, dt)
+    return Tensor(buffer_view(buffer, array.shape))
 
   # ---- facts ----
   @property

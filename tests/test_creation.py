@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from minigrad import Tensor, dtypes
-from minigrad.dtype import DTypeError, to_dtype
+from minigrad.dtype import DTypeError, to_dtype, from_numpy as dtype_of_numpy
 
 # ---------------------------------------------------------------- deterministic creation
 
@@ -260,3 +260,51 @@ def test_dropout_uses_the_generator():
   with Tensor.train():
     kept = (Tensor.ones(N).dropout(0.25).numpy() != 0).mean()
   assert abs(kept - 0.75) < 0.005
+
+
+# ---------------------------------------------------------------- Tensor.from_numpy: shared memory, as torch.from_numpy
+
+def _shares_host_memory() -> bool:
+  from minigrad.runtime.device import Device
+  return Device.DEFAULT in ("CPU", "LLVM")
+
+
+@pytest.mark.skipif(not _shares_host_memory(), reason="only devices with buffers in host memory share a numpy array's")
+@pytest.mark.parametrize("npdt", [np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_])
+def test_from_numpy_shares_memory_like_torch(npdt):
+  array = (np.arange(24).reshape(2, 3, 4) % 5).astype(npdt)
+  t, expected = Tensor.from_numpy(array), torch.from_numpy(array)
+  assert t.shape == tuple(expected.shape) and t.dtype == dtype_of_numpy(array.dtype) and t.numpy().dtype == array.dtype
+  np.testing.assert_array_equal(t.numpy(), array)
+  array[1, 2, 3] = 1   # a change to the array shows in results computed afterwards, as in torch
+  np.testing.assert_array_equal((t + t).numpy(), (expected + expected).numpy())
+  np.testing.assert_array_equal(array.reshape(-1)[:5], (np.arange(5) % 5).astype(npdt))   # minigrad never wrote into it
+
+
+@pytest.mark.skipif(not _shares_host_memory(), reason="only devices with buffers in host memory share a numpy array's")
+def test_from_numpy_buffer_outlives_dropped_array_and_shared_twice():
+  array = np.linspace(-1, 1, 1000, dtype=np.float32)
+  first, second = Tensor.from_numpy(array), Tensor.from_numpy(array)   # two buffers at one address
+  del array, first   # the tensor keeps the array's memory alive; freeing one buffer leaves the other
+  np.testing.assert_allclose(second.exp().numpy(), np.exp(np.linspace(-1, 1, 1000, dtype=np.float32)), rtol=1e-6)
+  zero_d = Tensor.from_numpy(np.full((), 2.5))
+  assert zero_d.shape == () and zero_d.numpy() == 2.5
+  assert Tensor.from_numpy(np.zeros((0, 3), np.float32)).sum(0).numpy().tolist() == [0, 0, 0]
+
+
+@pytest.mark.skipif(not _shares_host_memory(), reason="only devices with buffers in host memory share a numpy array's")
+def test_from_numpy_read_only_array_and_assign():
+  array = np.frombuffer(np.arange(4, dtype=np.float32).tobytes(), dtype=np.float32)   # read-only
+  t = Tensor.from_numpy(array)
+  t.assign(t * 3 + 1)   # rebinds the tensor to new memory: the array is untouched
+  np.testing.assert_array_equal(t.numpy(), [1, 4, 7, 10])
+  np.testing.assert_array_equal(array, [0, 1, 2, 3])
+
+
+def test_from_numpy_refuses_what_it_cant_share():
+  array = np.arange(12, dtype=np.float32).reshape(3, 4)
+  with pytest.raises(ValueError, match="C-contiguous"): Tensor.from_numpy(array.T)
+  with pytest.raises(ValueError, match="byte order"): Tensor.from_numpy(array.astype(">f4"))
+  with pytest.raises(TypeError, match="numpy array"): Tensor.from_numpy([1.0, 2.0])
+  with pytest.raises(TypeError, match="not supported"): Tensor.from_numpy(np.zeros(3, np.complex64))
+  with pytest.raises(RuntimeError, match="device PYTHON keeps buffers in its own memory"): Tensor.from_numpy(array, device="PYTHON")

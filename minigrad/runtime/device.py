@@ -71,6 +71,11 @@ class Allocator:
     """Copy the allocation `src` into the writable host memory `dest` (same number of bytes)."""
     raise NotImplementedError(f"{type(self).__name__} must implement copyout")
 
+  def share(self, array: np.ndarray) -> tuple[Allocator, Any]:
+    """(the allocator that frees it, an opaque handle) for memory shared with a C-contiguous host array instead of
+    copied; only devices that keep buffers in host memory can share."""
+    raise NotImplementedError(f"{type(self).__name__} can't share host memory")
+
 
 def _as_byte_view(data: memoryview | bytes | bytearray) -> memoryview:
   view = memoryview(data)
@@ -106,6 +111,16 @@ class Buffer:
       self._opaque = allocator.alloc(self.nbytes)
       self._allocator = allocator
     return self
+
+  @staticmethod
+  def of_host_array(device: str, array: np.ndarray, dtype: DType) -> Buffer:
+    """A buffer whose memory is that of `array` (C-contiguous, elements of `dtype`), shared, not copied."""
+    buffer = Buffer(device, array.size, dtype)
+    try: buffer._allocator, buffer._opaque = Device[buffer.device].allocator.share(array)
+    except NotImplementedError:
+      raise RuntimeError(f"device {buffer.device} keeps buffers in its own memory and can't share a numpy array's; "
+                         "Tensor(array, device=...) copies it") from None
+    return buffer
 
   def deallocate(self) -> None:
     """Return the memory now rather than at garbage collection. The Buffer may be allocated again later."""

@@ -27,12 +27,39 @@ PARTS_PER_THREAD = 4          # a split kernel's outer loop is cut into this man
 ALIGNMENT = 64   # bytes; a cache line, and enough for AVX-512 aligned loads
 
 
+class SharedHostArrays(Allocator):
+  """Buffers sharing the memory of numpy arrays (Tensor.from_numpy): the opaque handle is the array's address,
+  and `free` drops the reference that kept the array alive. One array may back several buffers."""
+
+  def __init__(self) -> None:
+    self._arrays: dict[int, list[np.ndarray]] = {}   # address -> uint8 views of the arrays shared at that address
+
+  def share(self, array: np.ndarray) -> tuple[Allocator, int]:
+    view = array.reshape(-1).view(np.uint8)   # C-contiguous: a view, not a copy
+    address = view.ctypes.data
+    self._arrays.setdefault(address, []).append(view)
+    return self, address
+
+  def _alloc(self, nbytes: int) -> int: raise RuntimeError("internal error: shared host arrays are not allocated")
+
+  def _free(self, opaque: int) -> None:
+    arrays = self._arrays[opaque]
+    arrays.pop()
+    if not arrays: del self._arrays[opaque]
+
+  def copyin(self, dest: int, src: memoryview) -> None: self._arrays[dest][-1][:] = np.frombuffer(src, dtype=np.uint8)
+  def copyout(self, dest: memoryview, src: int) -> None: np.frombuffer(dest, dtype=np.uint8)[:] = self._arrays[src][-1]
+
+
 class CPUAllocator(Allocator):
   """Host memory from numpy, aligned to 64 bytes. The opaque handle is the int address of the first byte;
-  the allocator keeps the backing array alive until `free`."""
+  the allocator keeps the backing array alive until `free`. Numpy arrays can also be shared (see SharedHostArrays)."""
 
   def __init__(self) -> None:
     self._memory: dict[int, np.ndarray] = {}   # address -> uint8 view of exactly nbytes at that address
+    self._shared = SharedHostArrays()
+
+  def share(self, array: np.ndarray) -> tuple[Allocator, int]: return self._shared.share(array)
 
   def _alloc(self, nbytes: int) -> int:
     raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)   # the extra bytes also give size-0 buffers a unique address
