@@ -23,9 +23,10 @@ How a call goes
     naming what changed (a Python number baked into the graph, a tensor computed by the previous call that
     is read without being passed in or assigned, ...).
   * Replay: the captured kernels run on the new arguments. Carried tensors are read where they are now and
-    rebound to freshly written buffers; intermediates live in memory planned once for the capture
-    (minigrad/engine/memory.py); random keys are refilled from the generator's counter, which advances as in
-    an eager call - a replay draws exactly the numbers the eager call would have drawn.
+    rebound to freshly written buffers (a buffer that nothing refers to any more is written again, under the
+    same node: in a training loop the weights take turns between two); intermediates live in memory planned
+    once for the capture (minigrad/engine/memory.py); random keys are refilled from the generator's counter,
+    which advances as in an eager call - a replay draws exactly the numbers the eager call would have drawn.
 
 Semantics (what differs from running the function eagerly)
   * Carried state: tensors that existed before the call and that the function assigns (assign, setitem,
@@ -51,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 import functools
 import gc
+import sys
 import weakref
 from minigrad.helpers import DEBUG, ContextVar, GlobalCounters
 from minigrad.dtype import DType, dtypes
@@ -67,7 +69,7 @@ from minigrad.tensor_create import random_key_buffers, random_keys
 JIT = ContextVar("JIT", 1)
 MAX_SIGNATURES = 16         # captures kept per jitted function (least recently used dropped)
 MAX_RECORDINGS = 4          # recorded calls before two consecutive ones must agree
-_KEPT_GENERATIONS = 4       # buffers a fresh slot keeps for reuse once no graph mentions them any more
+_KEPT_GENERATIONS = 4       # buffers a fresh slot keeps for reuse once nothing outside holds their nodes
 
 
 class JitError(RuntimeError):
@@ -263,24 +265,51 @@ def _disagreement(first: _Recording, second: _Recording) -> str:
 
 # ---------------------------------------------------------------- the capture
 
+class _Generation:
+  """One buffer of a fresh slot, with its BUFFER node and the views of it that tensors were given."""
+  __slots__ = ("node", "buffer", "views")
+
+  def __init__(self, node: UOp, buffer: Buffer):
+    self.node, self.buffer = node, buffer
+    self.views: dict[tuple[DType, Any], UOp] = {}
+
+  def view(self, dtype: DType, st: Any) -> UOp:
+    """The node a returned tensor holds: the BUFFER itself (st None) or a VIEW of it, made once."""
+    if st is None: return self.node
+    if (found := self.views.get((dtype, st))) is None: found = self.views[(dtype, st)] = UOp(Ops.VIEW, dtype, (self.node,), st)
+    return found
+
+  def shaped(self, shape: tuple[int, ...]) -> UOp:
+    """The node a carried tensor of `shape` holds (see buffer_view), made once."""
+    if (found := self.views.get(shape)) is None: found = self.views[shape] = buffer_view(self.node, shape)
+    return found
+
+  def unused(self) -> bool:
+    """True when nothing outside this generation holds its node or views (no tensor, lazy graph or cache), so a
+    new value can be written into it under the same node. sys.getrefcount counts its own argument; the node is
+    also held by this object and by the sources of each VIEW made of it (`shaped` may give the node itself),
+    each view by the dict and the loop variable."""
+    views = [v for v in self.views.values() if v is not self.node]
+    return (sys.getrefcount(self.node) == 2 + len(views) + (len(self.views) - len(views)) and
+            all(sys.getrefcount(v) == 4 for v in views))
+
+
 class _FreshSlot:
-  """Buffers for a slot whose value a returned or carried tensor holds after the call: each replay writes a new
-  one, reusing the memory of an earlier one once no graph mentions its BUFFER node any more."""
+  """Buffers for a slot whose value a returned or carried tensor holds after the call: each replay writes into a
+  generation that nothing outside holds any more (in a training loop, the one before last: the weights
+  alternate between two), else into a new one. A tensor given an earlier result is never overwritten."""
   def __init__(self, node: UOp):
     self.device, self.size, self.dtype = node.device, node.arg[1], node.dtype
-    self.generations: list[tuple[weakref.ref, Buffer]] = [(weakref.ref(node), buffer_of(node))]
+    self.generations: list[_Generation] = [_Generation(node, buffer_of(node))]
 
-  def take(self) -> tuple[UOp, Buffer]:
+  def take(self) -> _Generation:
+    for generation in self.generations:
+      if generation.unused(): return generation
     node = UOp.new_buffer(self.device, self.size, self.dtype)
-    for i, (ref, buf) in enumerate(self.generations):
-      if ref() is None:
-        self.generations[i] = (weakref.ref(node), buf)
-        break
-    else:
-      buf = Buffer(self.device, self.size, self.dtype).allocate()
-      self.generations = self.generations[-(_KEPT_GENERATIONS - 1):] + [(weakref.ref(node), buf)]
-    realize.buffers[node] = buf
-    return node, buf
+    generation = _Generation(node, Buffer(self.device, self.size, self.dtype).allocate())
+    realize.buffers[node] = generation.buffer
+    self.generations = self.generations[-(_KEPT_GENERATIONS - 1):] + [generation]
+    return generation
 
 
 _RECORD_AGAIN = object()
@@ -312,6 +341,7 @@ class CapturedCall:
         self.buffers[slot] = buffer_of(node).allocate()
     # a carried tensor whose value before the call shared a slot with another one must still share it
     self.alias_checks = [(slot, j) for j, slot in enumerate(recording.state_reads) if slot is not None and self.kinds[slot] != ("state", j)]
+    self.bound: list[tuple[UOp | None, UOp | None]] = [(None, None)] * len(self.state)   # per carried tensor: (node given, its base)
     self.launch_list: LaunchList | bool | None = None   # all kernels as one CPU thread-pool call (built at the first replay)
     self.variable_args: list[tuple[int, int, int]] = []   # (launch, argument, slot) of the addresses each replay rewrites
     self.counts = (0, 0)                                   # FLOPs and bytes of one replay, for GlobalCounters
@@ -330,12 +360,12 @@ class CapturedCall:
     if not self.valid(): return _RECORD_AGAIN
     table = list(self.buffers)
     for slot, k in self.input_slots: table[slot] = buffer_of(inputs[k].uop.base)
-    state_bases = [self._current_base(t) for t in self.state]
+    state_bases = [base if t.uop is given else self._current_base(t) for t, (given, base) in zip(self.state, self.bound)]
     for slot, j in self.state_slots: table[slot] = buffer_of(state_bases[j])
     for slot, j in self.alias_checks:
       if table[slot] is not buffer_of(state_bases[j]): return _RECORD_AGAIN
-    new_nodes: dict[int, UOp] = {}
-    for slot, fresh in self.fresh: new_nodes[slot], table[slot] = fresh.take()
+    generations = {slot: fresh.take() for slot, fresh in self.fresh}
+    for slot, generation in generations.items(): table[slot] = generation.buffer
     counter = Tensor._rng_counter
     for slot, offset, streams in self.random: table[slot].copyin(random_keys(Tensor._seed, counter + offset, streams))
     Tensor._rng_counter = counter + self.rng_advance
@@ -346,9 +376,11 @@ class CapturedCall:
       kind = self.kinds[slot]
       if kind[0] == "input": return inputs[kind[1]].uop.base
       if kind[0] == "state": return state_bases[kind[1]]
-      return new_nodes[slot] if slot in new_nodes else self.pinned[slot]
-    for t, slot in zip(self.state, self.state_writes):
-      old, t.uop = t.uop, buffer_view(node_of(slot), t.shape)
+      return generations[slot].node if slot in generations else self.pinned[slot]
+    for j, (t, slot) in enumerate(zip(self.state, self.state_writes)):
+      old = t.uop
+      t.uop = generations[slot].shaped(t.shape) if slot in generations else buffer_view(node_of(slot), t.shape)
+      self.bound[j] = (t.uop, node_of(slot))
       realize.note_assign(t, old)
     leaves = []
     for result in self.results:
@@ -356,8 +388,8 @@ class CapturedCall:
       elif result[0] == "input": leaves.append(inputs[result[1]])
       else:
         _, slot, view, dtype = result
-        base = node_of(slot)
-        leaves.append(Tensor(base if view is None else UOp(Ops.VIEW, dtype, (base,), view)))
+        if slot in generations: leaves.append(Tensor(generations[slot].view(dtype, view)))
+        else: leaves.append(Tensor(node_of(slot) if view is None else UOp(Ops.VIEW, dtype, (node_of(slot),), view)))
     return _unflatten(self.structure, iter(leaves))
 
   def _run_as_one_list(self, table: list[Buffer]) -> bool:
