@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 import math
 import numpy as np
+from minigrad.helpers import cached_hash
 
 
+@cached_hash
 @dataclass(frozen=True)
 class DType:
   """A scalar type (count == 1) or a vector of `count` scalars (float4 is float32.vec(4))."""
@@ -35,6 +37,7 @@ class DType:
   def __repr__(self) -> str: return f"dtypes.{self.name}"
 
 
+@cached_hash
 @dataclass(frozen=True)
 class PtrDType(DType):
   """A pointer to `base` elements, in global memory or (local=True) in GPU shared/local memory."""

@@ -51,6 +51,23 @@ class GlobalCounters:
 def prod(xs: Iterable[int]) -> int: return math.prod(xs)
 
 
+def cached_hash(cls: type) -> type:
+  """Class decorator for a frozen dataclass used as a dict key on hot paths (dtypes, views, shape trackers): its
+  generated __hash__ rehashes every field on every call; this one does it once per object. The cached value is
+  left out of pickles (string hashes differ between processes)."""
+  field_hash = cls.__hash__
+
+  def __hash__(self: Any) -> int:
+    try: return self.__dict__["_hash"]
+    except KeyError:
+      value = self.__dict__["_hash"] = field_hash(self)
+      return value
+
+  def __getstate__(self: Any) -> dict: return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+  cls.__hash__, cls.__getstate__ = __hash__, __getstate__   # type: ignore[method-assign]
+  return cls
+
+
 def cache_dir() -> pathlib.Path:
   """Where compiled binaries and search results are kept: $MINIGRAD_CACHE or ~/.cache/minigrad."""
   path = pathlib.Path(os.environ.get("MINIGRAD_CACHE") or pathlib.Path.home() / ".cache" / "minigrad")

@@ -42,6 +42,7 @@ class Ops(Enum):
   WHERE = auto(); MULACC = auto()
 
   def __repr__(self) -> str: return f"Ops.{self.name}"
+  __hash__ = object.__hash__   # members are singletons: identity hashing, instead of Enum's hash of the name in Python
 
 
 class GroupOp:

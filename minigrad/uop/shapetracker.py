@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 import operator
 from minigrad.dtype import dtypes
-from minigrad.helpers import prod
+from minigrad.helpers import cached_hash, prod
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.rewrite import graph_rewrite
 from minigrad.uop.symbolic import symbolic, split_terms
@@ -80,6 +80,7 @@ def _check_rank(shape: tuple[int, ...], args: tuple, op: str) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # View
 
+@cached_hash
 @dataclass(frozen=True)
 class View:
   """One strided, optionally masked window onto a flat buffer. Build it with `View.create` (canonical form)."""
@@ -367,6 +368,7 @@ def merge_views(first: View, second: View) -> View | None:
 # ---------------------------------------------------------------------------------------------------------------
 # ShapeTracker
 
+@cached_hash
 @dataclass(frozen=True)
 class ShapeTracker:
   """A stack of views: views[0] addresses the buffer, views[-1] gives the visible shape."""
