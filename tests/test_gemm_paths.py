@@ -73,6 +73,7 @@ def matmul_cases():
   yield "x @ w.T (MLP forward)", Tensor(s) @ Tensor(w).T, s @ w.T
   g, h = arr(128, 784), arr(128, 256)
   yield "x.T @ dy (weight gradient)", Tensor(g).T @ Tensor(h), g.T @ h
+  yield "dy.T @ x (nn.Linear's weight gradient)", Tensor(h).T @ Tensor(g), h.T @ g
 
 
 @pytest.mark.parametrize("name,result,expected", list(matmul_cases()), ids=[c[0] for c in matmul_cases()])
@@ -87,6 +88,22 @@ def test_packed_panel_is_prefetched_and_row_sums_are_not():
   assert len(pack) == 1 and "__builtin_prefetch" not in pack[0]   # the packing copy, then the product
   assert product.count("__builtin_prefetch(") == 4                # one per vector of the 64-column panel
   assert "__builtin_prefetch" not in "".join(sources(Tensor(arr(64, 1024), device="CPU").sum(1)))
+
+
+def test_weight_gradient_tile_keeps_its_operands_in_l1():
+  # dy.T @ x: 256x784 over a batch of 128. 784 = 49 vectors, so a tile of several vectors takes 7 of them, whose
+  # 57 KB column panel doesn't stay in L1: 7 cache lines from L2 per 14 multiply-adds. 16 rows x 1 vector reads
+  # one line of x and one (cached) line of dy per 16.
+  from minigrad.codegen.heuristics import hand_coded_optimizations, _streamed_lines, MAX_STREAMED_LINES
+  from minigrad.codegen.kernel import Opt
+  from minigrad.engine.realize import new_kernel
+  item = (Tensor(arr(128, 256), device="CPU").T @ Tensor(arr(128, 784), device="CPU")).schedule()[-1]
+  chosen = new_kernel(item.ast, "CPU")
+  hand_coded_optimizations(chosen)
+  assert chosen.full_shape[-2:] == (16, 16) and _streamed_lines(chosen) <= MAX_STREAMED_LINES
+  wide = new_kernel(item.ast, "CPU")
+  for opt in (Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 7), Opt("UPCAST", 0, 2)): wide.apply_opt(opt)
+  assert _streamed_lines(wide) == 0.5
 
 
 # ---- convolutions ----

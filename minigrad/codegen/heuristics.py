@@ -17,6 +17,10 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
      input rows are shared between output rows, masked loads (padding) count 3, and loads of an input that
      stays in cache from one tile to the next count nothing (a convolution's weights: its best tile is 16
      output channels x 1 row, 16 multiply-adds per input vector, each weight broadcast inside its FMA).
+     A tile that would fetch more than MAX_STREAMED_LINES cache lines from L2 per multiply-add is passed over
+     for the next best one: a weight gradient dy.T @ x (256x784 over a batch of 128) with 7 vectors x 2 rows
+     reads 7 new lines of x per 14 multiply-adds and runs at half the speed of 1 vector x 16 rows, whose 16
+     weights per trip come from one cache line that stays in L1.
   3. short reduce dims (a 3x3 window) are unrolled whole when a longer reduce loop remains: more independent
      work per loop trip, shared loads, and the masks of padded loads stop depending on the loop.
   4. loop order, in a matrix product: the output dim the biggest per-tile input doesn't depend on runs
@@ -31,6 +35,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import math
 from minigrad.codegen.kernel import Kernel, Opt, KernelOptError
 from minigrad.codegen.gpu_heuristics import gpu_optimizations
 from minigrad.codegen.lowerer import VECTOR_WIDTHS
@@ -50,6 +55,10 @@ MIN_OUTER_TRIPS = 8        # a matrix product's column tiles run outermost (shar
 FUSED_MIN_ROWS = 64        # a fused-reduce kernel with this many rows takes two per outer loop trip
 CACHED_BYTES = 1 << 20     # an input part a tile reads over its whole reduce loop that stays in cache (half of L2)...
 MIN_REUSE_TILES = 8        # ...when at least this many consecutive tiles read that same part
+L1_BYTES = 32 << 10        # an input part a tile reads over its reduce loop stays in L1 up to this size (of 48 KB)
+LINE_ELEMENTS = 16         # float32 elements per 64-byte cache line
+MAX_STREAMED_LINES = 1 / 3  # cache lines from L2 per multiply-add a tile may need (a 4x4 tile on a packed panel: 0.27)
+MAX_STREAM_CHECKS = 8      # the best tiles by loads per multiply-add that are checked for it
 
 
 @functools.lru_cache(maxsize=4096)
@@ -74,11 +83,12 @@ def index_strides(st: ShapeTracker) -> tuple[int | None, ...]:
 def _strides(k: Kernel, axis: int) -> list[int | None]: return [index_strides(st)[axis] for st in k.sts]
 
 
-def _trial(k: Kernel, opt: Opt) -> Kernel | None:
-  """A copy of `k` with `opt` applied, or None if it doesn't apply."""
+def _trial(k: Kernel, opt: Opt | None) -> Kernel | None:
+  """A copy of `k` with `opt` applied (if any), or None if it doesn't apply."""
   trial = copy.copy(k)
   trial.sts, trial.axis_kinds, trial.applied_opts = list(k.sts), list(k.axis_kinds), list(k.applied_opts)
-  try: trial.apply_opt(opt)
+  try:
+    if opt is not None: trial.apply_opt(opt)
   except KernelOptError: return None
   return trial
 
@@ -161,8 +171,10 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
   """Choose the register tile (rules 2-4) by counting, for each candidate, the loads one trip of the reduce loop
   needs per multiply-add: loads whose indices coincide (a 3x3 window's overlapping rows) count once. Tiles use
   more vectors along the lane dim (`lane_remainder`, what is left of it as a loop) and up to two other output
-  dims: a matmul's rows, a convolution's output channels and rows. Applies nothing (and returns False) unless
-  the best tile needs fewer than 1 - `min_reuse` loads per multiply-add."""
+  dims: a matmul's rows, a convolution's output channels and rows. Only tiles that need fewer loads per
+  multiply-add than no tile count (a plain sum gains nothing), and with `min_reuse` fewer than 1 - `min_reuse`;
+  with none left, nothing applies (returns False). Of the best ones, the first that streams at most
+  MAX_STREAMED_LINES from L2 per multiply-add wins, else the best."""
   globals_ = k.axes_of("global")
   vector_loads = [st for st in _loop_loads(k) if index_strides(st)[k.shape_len - 1] == 1]
   # rows first (a dim the vector loads don't depend on), then the other dim: the order the tile's statements come in
@@ -171,7 +183,7 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
   # 3. short reduce dims (a 3x3 window) are unrolled whole, when a longer reduce loop remains
   unrolled = [a for a in reduces if k.full_shape[a] <= MAX_UNROLLED_REDUCE and any(k.full_shape[b] > MAX_UNROLLED_REDUCE for b in reduces)]
   unrolls = [Opt("UNROLL", reduces.index(a), k.full_shape[a]) for a in reversed(unrolled)]
-  best: tuple[tuple[float, int], list[Opt]] | None = None
+  candidates: list[tuple[tuple[float, int], list[Opt]]] = []
   for vectors in range(1, 9):
     if vectors > 1 and (lane_remainder is None or k.full_shape[lane_remainder] % vectors): continue
     for amounts_of_axes in itertools.product(TILE_ROWS, repeat=len(axes)):
@@ -185,11 +197,48 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
         for opt in opts: trial = trial and _trial(trial, opt)
         if trial is None: continue
         score = _tile_cost(trial, resident)
-      if best is None or score < best[0]: best = (score, opts)
-  if best is None or best[0][0] >= 1 - min_reuse: return False
-  for opt in best[1]: k.apply_opt(opt)
-  _order_loops(k)
+      candidates.append((score, opts))
+  untiled = next((score[0] for score, opts in candidates if len(opts) == len(unrolls)), math.inf)
+  bound = min(untiled, 1 - min_reuse) if min_reuse else untiled
+  candidates = sorted([c for c in candidates if c[0][0] < bound], key=lambda c: c[0])
+  tiled = [t for _, opts in candidates[:MAX_STREAM_CHECKS] if (t := _tiled(k, opts)) is not None]
+  if not tiled: return False
+  chosen = next((t for t in tiled if _streamed_lines(t) <= MAX_STREAMED_LINES), tiled[0])
+  for opt in chosen.applied_opts[len(k.applied_opts):]: k.apply_opt(opt)
   return True
+
+
+def _tiled(k: Kernel, opts: list[Opt]) -> Kernel | None:
+  """A copy of `k` with a register tile's `opts` applied and its loops ordered (rule 4), or None."""
+  trial = _trial(k, None)
+  for opt in opts: trial = trial and _trial(trial, opt)
+  if trial is not None: _order_loops(trial)
+  return trial
+
+
+def _streamed_lines(k: Kernel) -> float:
+  """Cache lines per multiply-add a tiled kernel fetches from L2 (an estimate, counting float32 elements). Per
+  trip of the reduce loop an input's tile reads the distinct lines of its loads (a vector is a line; scalars
+  broadcast to the lanes share lines when their indices are close); a scalar that walks along the innermost
+  reduce loop needs a new line every LINE_ELEMENTS trips. The input comes from L1 instead when the innermost
+  output loop doesn't move it and its part over the whole reduce loop fits in L1_BYTES."""
+  lanes = k.first_upcast
+  tile_dims = list(range(lanes + 1, k.shape_len))
+  fmas = prod(k.full_shape[d] for d in tile_dims)
+  loops = [d for d in range(lanes) if k.axis_kinds[d] == "reduce"]
+  trips = prod(k.full_shape[d] for d in loops)
+  globals_ = k.axes_of("global")
+  lines = 0.0
+  for st in _loop_loads(k):
+    strides = index_strides(st)
+    if any(strides[d] is None for d in tile_dims + loops + globals_[-1:]): continue   # not affine: not counted
+    offsets = {0}
+    for d in tile_dims: offsets = {o + strides[d] * i for o in offsets for i in range(k.full_shape[d])}
+    per_trip = len({o // LINE_ELEMENTS for o in offsets})
+    if strides[lanes] != 1 and loops and abs(strides[loops[-1]]) == 1: per_trip /= LINE_ELEMENTS
+    in_l1 = bool(globals_) and strides[globals_[-1]] == 0 and per_trip * 64 * trips <= L1_BYTES
+    if not in_l1: lines += per_trip
+  return lines / fmas
 
 
 def _loop_loads(k: Kernel, resident: frozenset[int] = frozenset()) -> list[ShapeTracker]:
