@@ -106,6 +106,17 @@ def test_weight_gradient_tile_keeps_its_operands_in_l1():
   assert _streamed_lines(wide) == 0.5
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_weight_gradient_through_relu_stores_transposed_blocks(dtype):
+  # nn.Linear's weight gradient with the relu backward fused in: the mask is computed in vectors along dy's rows,
+  # so the lanes run down the output's columns and each 16x16 (float64: 8x8) block is transposed by shuffles
+  dh, z, b, x = (rng.standard_normal(shape).astype(dtype) for shape in ((128, 256), (128, 256), (256,), (128, 784)))
+  result = (Tensor(dh, device="CPU") * ((Tensor(z, device="CPU") + Tensor(b, device="CPU")) > 0)).T @ Tensor(x, device="CPU")
+  source = sources(result)[-1]
+  assert "__builtin_shufflevector" in source and "] = acc" not in source   # no scalar stores of accumulator lanes
+  np.testing.assert_allclose(result.numpy(), (dh * (z + b > 0)).T @ x, rtol=1e-4, atol=2e-3)
+
+
 # ---- convolutions ----
 
 def conv_reference(x: np.ndarray, w: np.ndarray, stride: int, padding: int) -> np.ndarray:

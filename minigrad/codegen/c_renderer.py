@@ -128,6 +128,8 @@ class CRenderer:
     streamed = self.streamed_stores(uops)
     prefetched = {**self.prefetched_loads(uops), **self.panel_prefetches(uops)}
     idioms = simd_idioms(uops) if self.vector_lanes else {}
+    transposes = transposed_rows(uops) if self.vector_lanes else {}
+    transposed: dict[tuple[UOp, ...], list[str]] = {}
 
     def fresh(prefix: str) -> str:
       counters[prefix] = counters.get(prefix, 0) + 1
@@ -168,6 +170,10 @@ class CRenderer:
         store = f"{memory} = {_strip(src[1])};"
         if u in streamed: store = f"stream_{self.type_name(value.dtype)}(&{names[index]}, {_strip(src[1])});"
         line(f"if ({names[index.src[2]]}) {store}" if len(index.src) > 2 else store)
+      elif u.op is Ops.VECTORIZE and u in transposes:   # a row of a block of vectors transposed by shuffles
+        block, row = transposes[u]
+        if block not in transposed: transposed[block] = self.render_transpose([names[v] for v in block], block[0].dtype, fresh, line)
+        names[u] = transposed[block][row]
       elif u.op is Ops.VECTORIZE:   # bools go into masks as -1/0
         if all(x is u.src[0] for x in u.src): names[u] = self.render_broadcast(src[0], u.dtype)
         else:   # lanes gathered one by one: a variable, so the gather is written once
@@ -386,6 +392,22 @@ class CRenderer:
     if dt.count == 1: return self.render_const(value, dt)
     return self.render_broadcast(self.render_const(value, dt.scalar()), dt)
 
+  def render_transpose(self, vectors: list[str], dt: DType, fresh: Callable[[str], str], line: Callable[[str], None]) -> list[str]:
+    """Rows of the W x W block whose rows are `vectors` (W lanes each, W a power of two) transposed, in log2(W)
+    rounds of two-vector shuffles: round b pairs rows r and r+b and swaps the b-lane blocks between them
+    (16x16 floats: 64 shuffles, where storing lane by lane takes 256 scalar stores). Needs gcc 12 or clang."""
+    width, rows, step = len(vectors), list(vectors), 1
+    while step < width:
+      for r in (r for r in range(width) if not r & step):
+        low = [j if not j & step else width + j - step for j in range(width)]
+        high = [j + step if not j & step else width + j for j in range(width)]
+        pair = f"{rows[r]}, {rows[r + step]}"
+        for target, lanes in ((r, low), (r + step, high)):
+          rows[target] = fresh("tr")
+          line(f"{self.type_name(dt)} {rows[target]} = __builtin_shufflevector({pair}, {', '.join(map(str, lanes))});")
+      step *= 2
+    return rows
+
   def render_broadcast(self, scalar: str, dt: DType) -> str:
     """One value in every lane: GCC/clang broadcast a scalar combined with a zero vector. Floats subtract +0, which
     the compiler drops (x - 0.0 is x even for -0.0; x + 0.0 is not, so it would stay an addition before the
@@ -452,6 +474,18 @@ def _power_of_two_exponent(u: UOp) -> UOp | None:
   for cast, bias in (shl.src[0].src, shl.src[0].src[::-1]):
     if cast.op is Ops.CAST and _const_value(bias) == 127 and cast.src[0].dtype == dtypes.float32.vec(16): return cast.src[0]
   return None
+
+
+def transposed_rows(uops: list[UOp]) -> dict[UOp, tuple[tuple[UOp, ...], int]]:
+  """VECTORIZE rows of a transposed block (see minigrad.codegen.vectorize.transposed_stores): row l gathers lane
+  l of each of W vectors of W lanes -> (the W vectors, l), for blocks whose W rows are all there."""
+  rows: dict[tuple[UOp, ...], dict[int, UOp]] = {}
+  for u in uops:
+    width = len(u.src)
+    if u.op is not Ops.VECTORIZE or width < 2 or width & (width - 1) or any(s.op is not Ops.GEP or s.arg != u.src[0].arg for s in u.src): continue
+    block = tuple(s.src[0] for s in u.src)
+    if len(set(block)) == width and all(v.dtype == u.dtype for v in block): rows.setdefault(block, {})[u.src[0].arg] = u
+  return {u: (block, row) for block, found in rows.items() if len(found) == len(block) for row, u in found.items()}
 
 
 def simd_idioms(uops: list[UOp]) -> dict[UOp, tuple[str, tuple[UOp, ...]]]:

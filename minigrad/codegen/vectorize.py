@@ -169,7 +169,41 @@ class _Vectorizer:
     stores = [s for store in self.sink.src for s in self.stores(store)]
     out = graph_rewrite(UOp(Ops.SINK, self.sink.dtype, tuple(dict.fromkeys(stores))), symbolic + lane_folding)
     if any(u is self.lane for u in out.toposort): raise RuntimeError("internal error: the vector range survived vectorization")
-    return out
+    return out.replace(src=tuple(transposed_stores(list(out.src), self.width)))
+
+
+def transposed_stores(stores: list[UOp], width: int) -> list[UOp]:
+  """Scattered stores, lane by lane, of W vectors whose lanes go W elements apart and which start at W
+  consecutive elements (a matmul whose lanes run down the output's columns, its register tile's W rows along
+  them) become W vector stores of the block transposed: row l is the VECTORIZE of every vector's lane l, which
+  the C renderer writes as shuffles (W*W scalar stores -> W*log2(W) shuffles and W stores)."""
+  where: dict[tuple[UOp, tuple[UOp, ...]], dict[UOp, dict[int, tuple[int, UOp]]]] = {}   # (buffer, index base) -> vector -> lane -> (offset, store)
+  for store in stores:
+    index, value = store.src
+    if len(index.src) != 2 or value.op is not Ops.GEP or value.src[0].dtype.count != width or not vector_ok(value.dtype, width): continue
+    terms = split_terms(index.src[1])
+    offset = sum(t.arg for t in terms if t.op is Ops.CONST)
+    where.setdefault((index.src[0], tuple(t for t in terms if t.op is not Ops.CONST)), {}).setdefault(value.src[0], {})[value.arg] = (offset, store)
+  replace: dict[UOp, list[UOp]] = {}
+  used: set[UOp] = set()
+  for vectors in where.values():
+    starts: dict[tuple[int, int], UOp] = {}   # (lane stride, offset of lane 0) -> vector
+    for vector, lanes in vectors.items():
+      if len(lanes) != width: continue
+      stride = lanes[1][0] - lanes[0][0]
+      if abs(stride) >= width and all(lanes[l][0] == lanes[0][0] + l * stride for l in range(width)): starts[(stride, lanes[0][0])] = vector
+    for stride, start in sorted(starts):
+      block = [starts.get((stride, start + r)) for r in range(width)]
+      if any(v is None or v in used for v in block): continue
+      used.update(block)
+      scalar, first = block[0].dtype.scalar(), vectors[block[0]]   # row l starts where lane l of the first vector went
+      rows = [UOp(Ops.STORE, first[l][1].dtype, (first[l][1].src[0], UOp(Ops.VECTORIZE, scalar.vec(width), tuple(UOp(Ops.GEP, scalar, (v,), l) for v in block))))
+              for l in range(width)]
+      for vector in block:
+        for l in range(width): replace[vectors[vector][l][1]] = []
+      replace[first[0][1]] = rows
+  if not replace: return stores
+  return [new for store in stores for new in replace.get(store, [store])]
 
 
 # GEP of a VECTORIZE is the element; VECTORIZE of a vector's GEPs in order is the vector
