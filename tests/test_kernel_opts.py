@@ -194,7 +194,9 @@ def test_fused_softmax_is_one_simd_kernel_with_the_row_reduces_hoisted():
   # per row: the max loop and the sum loop (vector accumulators), then the loop over the row's outputs
   rows, max_loop, sum_loop, outputs = (source.index(s) for s in ("for (long gidx0", "for (long ridx0", "for (long ridx1", "for (long gidx1"))
   assert rows < max_loop < sum_loop < outputs, source
-  assert "float_v16 acc0" in source and "float_v16 acc1" in source and "scalef_v16(" in source and "[15]" in source.split("for (long ridx1")[0]
+  # the row max's accumulators are combined across their lanes before the sum loop
+  assert "float_v16 acc0" in source and "float_v16 acc1" in source and "scalef_v16(" in source
+  assert "__builtin_shufflevector(acc0, acc1" in source.split("for (long ridx1")[0]
   e = np.exp(x - x.max(-1, keepdims=True))
   np.testing.assert_allclose(t.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
 
@@ -208,6 +210,31 @@ def test_dot_product_kernels_get_a_register_tile():
   assert program.kernel.applied_opts == [Opt("UNROLL", 0, 16), Opt("UPCAST", 0, 4), Opt("UPCAST", 1, 4)]
   assert "float_v16 acc15 " in program.source and "acc16" not in program.source
   np.testing.assert_allclose(t.numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows,cols,reduce", [(2, 1, "sum"), (2, 2, "sum"), (2, 4, "sum"), (4, 4, "sum"), (4, 3, "sum"), (4, 4, "max"), (2, 2, "max")])
+def test_lanes_of_several_accumulators_are_combined_together(rows, cols, reduce):
+  # a tile of dot products over 16-lane vectors: rows*cols accumulators, whose lanes are summed (or maxed) in rounds
+  # that shuffle two of them into one vector (12 = 8 + 4); NaN and -inf must come through a max
+  x, w = arr(8, 64), arr(12, 64)
+  x[1, 5], x[2, 40], w[3, 7] = np.nan, -np.inf, np.inf
+  product = Tensor(x).reshape(8, 1, 64) * Tensor(w).reshape(1, 12, 64)
+  t = product.sum(2) if reduce == "sum" else product.max(2)
+  out, program = run_with(t, [Opt("UNROLL", 0, 16), Opt("UPCAST", 0, rows)] + ([Opt("UPCAST", 1, cols)] if cols > 1 else []))
+  assert "__builtin_shufflevector(acc0, acc1" in program.source
+  with np.errstate(invalid="ignore"):
+    expected = x[:, None, :] * w[None, :, :]
+    expected = expected.sum(2) if reduce == "sum" else expected.max(2)
+  np.testing.assert_allclose(out.reshape(8, 12), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_reduces_of_different_ops_in_one_loop_combine_their_lanes_apart():
+  x = arr(64, 256)
+  x[3, 7] = np.nan
+  t = Tensor(x).max(1) + Tensor(x).sum(1) * Tensor(x).min(1)   # one loop with max, sum and min accumulators
+  (item,) = t.schedule()
+  assert "__builtin_shufflevector" in get_kernel(item.ast, "CPU").source
+  np.testing.assert_allclose(t.numpy(), x.max(1) + x.sum(1) * x.min(1), rtol=1e-4, atol=1e-3)
 
 
 def test_widest_lanes_win_over_more_contiguous_buffers():

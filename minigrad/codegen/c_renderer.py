@@ -174,6 +174,10 @@ class CRenderer:
         block, row = transposes[u]
         if block not in transposed: transposed[block] = self.render_transpose([names[v] for v in block], block[0].dtype, fresh, line)
         names[u] = transposed[block][row]
+      elif u.op is Ops.VECTORIZE and self.vector_lanes and (picked := shuffled_lanes(u)) is not None:   # lanes of one or two vectors
+        sources, lanes = picked
+        names[u] = fresh("vec")
+        line(f"{self.type_name(u.dtype)} {names[u]} = __builtin_shufflevector({names[sources[0]]}, {names[sources[-1]]}, {', '.join(map(str, lanes))});")
       elif u.op is Ops.VECTORIZE:   # bools go into masks as -1/0
         if all(x is u.src[0] for x in u.src): names[u] = self.render_broadcast(src[0], u.dtype)
         else:   # lanes gathered one by one: a variable, so the gather is written once
@@ -474,6 +478,15 @@ def _power_of_two_exponent(u: UOp) -> UOp | None:
   for cast, bias in (shl.src[0].src, shl.src[0].src[::-1]):
     if cast.op is Ops.CAST and _const_value(bias) == 127 and cast.src[0].dtype == dtypes.float32.vec(16): return cast.src[0]
   return None
+
+
+def shuffled_lanes(u: UOp) -> tuple[tuple[UOp, ...], list[int]] | None:
+  """A VECTORIZE whose lanes are GEPs of one or two vectors of one (non-bool) type: (the vectors, the lane numbers
+  for __builtin_shufflevector, counting the second vector's lanes after the first's), else None."""
+  if any(s.op is not Ops.GEP for s in u.src): return None
+  sources = tuple(dict.fromkeys(s.src[0] for s in u.src))
+  if len(sources) > 2 or any(v.dtype != sources[0].dtype for v in sources) or sources[0].dtype.scalar() == dtypes.bool: return None
+  return sources, [s.arg + sources.index(s.src[0]) * sources[0].dtype.count for s in u.src]
 
 
 def transposed_rows(uops: list[UOp]) -> dict[UOp, tuple[tuple[UOp, ...], int]]:
