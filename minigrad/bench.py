@@ -5,11 +5,12 @@
   python -m minigrad.bench --runs 15           # more timed runs each
 
 Input: nothing but the machine. Output: one line per benchmark with the median rate of minigrad, numpy and torch
-and minigrad's ratios to them. Each figure is the median of >= 7 timed runs after warm-up; each library runs its
-runs in a block of its own, after a pause (numpy's and torch's threads spin for a while after a call and would
-slow the next library down). The header shows the load average: on a busy machine the figures are unreliable. minigrad runs are
-synchronized (the result is realized) and the compile happens during warm-up: the graph is scheduled once and
-its kernels run each time, as a captured (JIT) step would. Rates count what the op must do at least: GFLOPS for
+and minigrad's ratios to them. Each figure is the median of 3 blocks of >= 7 timed runs after warm-up; each
+library runs each block on its own, after a pause (numpy's and torch's threads spin for a while after a call and
+would slow the next library down), and the libraries take turns block by block. The header shows the load
+average: on a busy machine the figures are unreliable. minigrad runs are synchronized (the result is realized)
+and the compile happens during warm-up: the graph is scheduled once and its kernels run each time, as a
+captured (JIT) step would. Rates count what the op must do at least: GFLOPS for
 matmul/conv (2*M*N*K), GB/s as one read of each input plus one write of the output. The MLP training step comes
 from bench/mlp_train.py (its TinyJit runner).
 """
@@ -52,22 +53,24 @@ def minigrad_run(build: Callable[[], Tensor]) -> Callable[[], object]:
 
 
 IDLE_SECONDS = 0.5   # between two libraries' runs: numpy's and torch's worker threads spin a while after a call
+ROUNDS = 3           # each library's block of runs comes back this many times, the libraries taking turns
 
 
 def median_seconds(runners: Runners, runs: int, warmup: int = 2) -> dict[str, float]:
-  """Median seconds of each runner over `runs` runs after `warmup` ones. Each runner runs its block alone: the
-  threads of BLAS/OpenMP libraries keep spinning after a call, and would slow whatever runs next."""
-  medians = {}
-  for name, run in runners.items():
-    time.sleep(IDLE_SECONDS)
-    for _ in range(warmup): run()
-    times = []
-    for _ in range(runs):
-      start = time.perf_counter()
-      run()
-      times.append(time.perf_counter() - start)
-    medians[name] = statistics.median(times)
-  return medians
+  """Median seconds of each runner over ROUNDS blocks of `runs` runs, after `warmup` ones. Each runner runs its
+  block alone (the threads of BLAS/OpenMP libraries keep spinning after a call, and would slow whatever runs
+  next), and the blocks take turns, so a busy moment on a shared machine falls on one block of one library,
+  not on all of its runs."""
+  times: dict[str, list[float]] = {name: [] for name in runners}
+  for round_ in range(ROUNDS):
+    for name, run in runners.items():
+      time.sleep(IDLE_SECONDS)
+      for _ in range(warmup if round_ == 0 else 1): run()
+      for _ in range(runs):
+        start = time.perf_counter()
+        run()
+        times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(samples) for name, samples in times.items()}
 
 
 def _rates(runners: Runners, work: float, unit: str, runs: int) -> dict[str, tuple[float, str]]:
@@ -154,7 +157,7 @@ BENCHMARKS = {"matmul": ("matmul 1024x1024 f32", bench_matmul), "elementwise": (
 def main(argv: list[str] | None = None) -> None:
   parser = argparse.ArgumentParser(prog="python -m minigrad.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)")
-  parser.add_argument("--runs", type=int, default=7, help="timed runs per benchmark (the median is shown; at least 7)")
+  parser.add_argument("--runs", type=int, default=7, help="timed runs per block, 3 blocks per library (the median is shown; at least 7)")
   args = parser.parse_args(argv)
   if unknown := [n for n in args.names if n not in BENCHMARKS]: parser.error(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
   if args.runs < 7: parser.error(f"--runs must be at least 7, got {args.runs}")
