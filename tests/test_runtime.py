@@ -256,6 +256,31 @@ def test_missing_cc_is_named(monkeypatch):
   with pytest.raises(RuntimeError, match="/nonexistent/cc"): CCompiler()
 
 
+def test_compiler_without_shufflevector_gets_lanes_gathered_one_by_one(monkeypatch, tmp_path):
+  # an older gcc (11 and before) has no __builtin_shufflevector: the CPU device asks, and its renderer then gathers
+  # lanes one by one instead of shuffling; the kernels give the same numbers
+  import shutil
+  from minigrad import Tensor
+  from minigrad.engine import realize
+  real = find_c_compiler()[0][0]
+  fake = tmp_path / "oldcc"
+  fake.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {shutil.which(real)} --version; fi\nsrc=$(cat)\n'
+                  f'case "$src" in *__builtin_shufflevector*) echo "error: unknown builtin" >&2; exit 1;; esac\n'
+                  f'printf "%s\\n" "$src" | exec {shutil.which(real)} "$@"\n')
+  fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+  assert CCompiler().has_shufflevector() and not CCompiler(str(fake)).has_shufflevector()
+  renderer = cpu().renderer
+  monkeypatch.setattr(renderer, "shufflevector", False)
+  monkeypatch.setattr(realize, "compiled_kernels", {})
+  rng = np.random.default_rng(5)
+  dh, z, b, x = (rng.standard_normal(shape).astype(np.float32) for shape in ((64, 32), (64, 32), (32,), (64, 48)))
+  weight_grad = (Tensor(dh, device="CPU") * ((Tensor(z, device="CPU") + Tensor(b, device="CPU")) > 0)).T @ Tensor(x, device="CPU")
+  forward = Tensor(x, device="CPU") @ Tensor(x[:40], device="CPU").T   # a tile of dot products: lanes of 16 accumulators combined
+  for t, expected in ((weight_grad, (dh * (z + b > 0)).T @ x), (forward, x @ x[:40].T)):
+    assert all("__builtin_shufflevector" not in realize.get_kernel(item.ast, "CPU").source for item in t.schedule())
+    np.testing.assert_allclose(t.numpy(), expected, rtol=1e-4, atol=1e-3)
+
+
 def test_no_compiler_at_all_says_how_to_install(monkeypatch, tmp_path):
   monkeypatch.delenv("CC", raising=False)
   monkeypatch.setenv("PATH", str(tmp_path))

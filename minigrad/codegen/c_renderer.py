@@ -48,6 +48,9 @@ class CRenderer:
   threaded_outer_loop = True
   # the innermost upcast dim becomes SIMD lanes (GCC/clang vector extensions)
   vector_lanes = True
+  # the compiler has __builtin_shufflevector (gcc 12+, clang; the CPU device asks it): vectors built from the
+  # lanes of one or two others are shuffles, blocks of them transposed; without it lanes are gathered one by one
+  shufflevector = True
   repeats_operands = {Ops.MAX}
   max_inline_nesting = 12
   # loop counters and scalar int32 variables are 64-bit: under -fwrapv the compiler can't fold int index arithmetic
@@ -128,7 +131,7 @@ class CRenderer:
     streamed = self.streamed_stores(uops)
     prefetched = {**self.prefetched_loads(uops), **self.panel_prefetches(uops)}
     idioms = simd_idioms(uops) if self.vector_lanes else {}
-    transposes = transposed_rows(uops) if self.vector_lanes else {}
+    transposes = transposed_rows(uops) if self.vector_lanes and self.shufflevector else {}
     transposed: dict[tuple[UOp, ...], list[str]] = {}
 
     def fresh(prefix: str) -> str:
@@ -174,7 +177,7 @@ class CRenderer:
         block, row = transposes[u]
         if block not in transposed: transposed[block] = self.render_transpose([names[v] for v in block], block[0].dtype, fresh, line)
         names[u] = transposed[block][row]
-      elif u.op is Ops.VECTORIZE and self.vector_lanes and (picked := shuffled_lanes(u)) is not None:   # lanes of one or two vectors
+      elif u.op is Ops.VECTORIZE and self.vector_lanes and self.shufflevector and (picked := shuffled_lanes(u)) is not None:   # of 1-2 vectors
         sources, lanes = picked
         names[u] = fresh("vec")
         line(f"{self.type_name(u.dtype)} {names[u]} = __builtin_shufflevector({names[sources[0]]}, {names[sources[-1]]}, {', '.join(map(str, lanes))});")
@@ -399,7 +402,7 @@ class CRenderer:
   def render_transpose(self, vectors: list[str], dt: DType, fresh: Callable[[str], str], line: Callable[[str], None]) -> list[str]:
     """Rows of the W x W block whose rows are `vectors` (W lanes each, W a power of two) transposed, in log2(W)
     rounds of two-vector shuffles: round b pairs rows r and r+b and swaps the b-lane blocks between them
-    (16x16 floats: 64 shuffles, where storing lane by lane takes 256 scalar stores). Needs gcc 12 or clang."""
+    (16x16 floats: 64 shuffles, where storing lane by lane takes 256 scalar stores)."""
     width, rows, step = len(vectors), list(vectors), 1
     while step < width:
       for r in (r for r in range(width) if not r & step):

@@ -139,6 +139,13 @@ class CCompiler(Compiler):
     self.timeout_s = timeout_s
     super().__init__(f"{shlex.join(self.argv)} [{self.version}] {' '.join(self.flags + tuple(self.libraries))} cpu={_host_cpu_id()}")
 
+  def has_shufflevector(self) -> bool:
+    """Does the compiler know __builtin_shufflevector (clang, gcc 12 and newer)? Asked once per compiler (cached)."""
+    probe = "typedef float f4 __attribute__((vector_size(16)));\nf4 probe(f4 a, f4 b) { return __builtin_shufflevector(a, b, 0, 4, 1, 5); }\n"
+    try: self.compile_cached(probe)
+    except CompileError: return False
+    return True
+
   def compile(self, src: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="minigrad_cc_") as workdir:
       output = os.path.join(workdir, "kernel.so")
@@ -258,9 +265,11 @@ class CPUProgram:
 
 
 def create_device() -> Compiled:
+  compiler = CCompiler()
   try:
     from minigrad.codegen.c_renderer import CRenderer
     renderer: Any = CRenderer()
+    renderer.shufflevector = compiler.has_shufflevector()
   except ImportError:
     renderer = None
-  return Compiled("CPU", CPUAllocator(), CCompiler(), renderer, CPUProgram)
+  return Compiled("CPU", CPUAllocator(), compiler, renderer, CPUProgram)
