@@ -281,7 +281,9 @@ class _KernelBuilder:
 def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, UOp]]:
   """Kernels (in run order) that compute `targets`; what each target becomes once they ran; and the nodes
   those kernels store, for `mark_realized` to record after the run (never before: a schedule may not run)."""
-  rewritten = {t: graph_rewrite(t, _use_realized) for t in targets}   # reuse what earlier schedules computed
+  # reuse what earlier schedules computed: one walk over all the targets' graphs, which mostly overlap (a training
+  # step's weights and optimizer state share the whole backward graph)
+  rewritten = dict(zip(targets, graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(targets)), _use_realized).src)) if realized else {t: t for t in targets}
   roots = list(dict.fromkeys(r for t in rewritten.values() if (r := _to_compute(t)) is not None))
   if not roots: return [], rewritten, {}
   fusion = _Fusion(roots)
