@@ -151,6 +151,15 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
 
   def detach(self) -> Tensor: return Tensor(self.uop)
 
+  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    """Set requires_grad in place and return the tensor, as torch's `x.requires_grad_()`. Like torch, only leaf
+    tensors take it: a computed tensor's gradient flows from its inputs."""
+    if not isinstance(requires_grad, bool): raise TypeError(f"requires_grad_ takes a bool, got {type(requires_grad).__name__}")
+    if not self.is_leaf and not requires_grad:
+      raise RuntimeError("requires_grad_(False) on a tensor computed by a recorded op; use .detach() to get one without history")
+    self.requires_grad = requires_grad
+    return self
+
   @property
   def is_leaf(self) -> bool:
     """True for tensors no recorded op produced (inputs, parameters), as in torch."""

@@ -236,3 +236,18 @@ def test_backward_errors():
     Tensor([1.0]).sum().backward()
   with pytest.raises(RuntimeError, match="gradient has shape"):
     (Tensor([1.0, 2.0], requires_grad=True) * 2).backward(Tensor([1.0]))
+
+
+def test_requires_grad_in_place_like_torch():
+  data = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+  x, tx = Tensor(data).requires_grad_(), torch.tensor(data).requires_grad_()
+  assert x.requires_grad is True and x.is_leaf
+  (x * x + x).sum().backward()
+  (tx * tx + tx).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+  frozen = Tensor(data).requires_grad_(False)
+  assert frozen.requires_grad is False and (frozen * x).sum().requires_grad
+  computed = x * 2
+  assert computed.requires_grad_(True) is computed   # already flowing from x: allowed, as in torch
+  with pytest.raises(RuntimeError, match="detach"): computed.requires_grad_(False)
+  with pytest.raises(TypeError, match="bool"): x.requires_grad_(1)
