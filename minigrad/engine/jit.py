@@ -57,6 +57,7 @@ import weakref
 from minigrad.helpers import DEBUG, ContextVar, GlobalCounters
 from minigrad.dtype import DType, dtypes
 from minigrad.uop.ops import UOp, Ops
+from minigrad.uop.shapetracker import ShapeTracker
 from minigrad.schedule.scheduler import buffer_view
 from minigrad.runtime.device import Buffer, Device
 from minigrad.engine import realize
@@ -266,32 +267,28 @@ def _disagreement(first: _Recording, second: _Recording) -> str:
 # ---------------------------------------------------------------- the capture
 
 class _Generation:
-  """One buffer of a fresh slot, with its BUFFER node and the views of it that tensors were given."""
+  """One buffer of a fresh slot, with its BUFFER node and the VIEWs of it that tensors were given."""
   __slots__ = ("node", "buffer", "views")
 
   def __init__(self, node: UOp, buffer: Buffer):
     self.node, self.buffer = node, buffer
-    self.views: dict[tuple[DType, Any], UOp] = {}
+    self.views: dict[tuple[DType, ShapeTracker], UOp] = {}
 
-  def view(self, dtype: DType, st: Any) -> UOp:
-    """The node a returned tensor holds: the BUFFER itself (st None) or a VIEW of it, made once."""
+  def view(self, dtype: DType, st: ShapeTracker | None) -> UOp:
+    """The node a tensor of this slot holds: the BUFFER itself (st None) or a VIEW of it, made once."""
     if st is None: return self.node
     if (found := self.views.get((dtype, st))) is None: found = self.views[(dtype, st)] = UOp(Ops.VIEW, dtype, (self.node,), st)
     return found
 
   def shaped(self, shape: tuple[int, ...]) -> UOp:
-    """The node a carried tensor of `shape` holds (see buffer_view), made once."""
-    if (found := self.views.get(shape)) is None: found = self.views[shape] = buffer_view(self.node, shape)
-    return found
+    """The node a carried tensor of `shape` holds: what buffer_view gives, made once."""
+    return self.view(self.node.dtype, None if shape == self.node.shape else ShapeTracker.from_shape(shape))
 
   def unused(self) -> bool:
     """True when nothing outside this generation holds its node or views (no tensor, lazy graph or cache), so a
     new value can be written into it under the same node. sys.getrefcount counts its own argument; the node is
-    also held by this object and by the sources of each VIEW made of it (`shaped` may give the node itself),
-    each view by the dict and the loop variable."""
-    views = [v for v in self.views.values() if v is not self.node]
-    return (sys.getrefcount(self.node) == 2 + len(views) + (len(self.views) - len(views)) and
-            all(sys.getrefcount(v) == 4 for v in views))
+    also held by this object and by each VIEW's sources, each VIEW by the dict and the loop variable."""
+    return sys.getrefcount(self.node) == 2 + len(self.views) and all(sys.getrefcount(v) == 3 for v in self.views.values())
 
 
 class _FreshSlot:
