@@ -193,9 +193,7 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
       resident = _resident_inputs(k, amounts) if unrolled else frozenset()
       score = _tile_cost_from_strides(k, amounts, unrolled, resident)
       if score is None:   # an index that isn't affine in a dim before the split: count on the split kernel
-        trial = k
-        for opt in opts: trial = trial and _trial(trial, opt)
-        if trial is None: continue
+        if (trial := _with_opts(k, opts)) is None: continue
         score = _tile_cost(trial, resident)
       candidates.append((score, opts))
   untiled = next((score[0] for score, opts in candidates if len(opts) == len(unrolls)), math.inf)
@@ -208,11 +206,18 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
   return True
 
 
+def _with_opts(k: Kernel, opts: list[Opt]) -> Kernel | None:
+  """A copy of `k` with `opts` applied, or None if one doesn't apply."""
+  trial = _trial(k, None)
+  try:
+    for opt in opts: trial.apply_opt(opt)
+  except KernelOptError: return None
+  return trial
+
+
 def _tiled(k: Kernel, opts: list[Opt]) -> Kernel | None:
   """A copy of `k` with a register tile's `opts` applied and its loops ordered (rule 4), or None."""
-  trial = _trial(k, None)
-  for opt in opts: trial = trial and _trial(trial, opt)
-  if trial is not None: _order_loops(trial)
+  if (trial := _with_opts(k, opts)) is not None: _order_loops(trial)
   return trial
 
 
@@ -232,8 +237,7 @@ def _streamed_lines(k: Kernel) -> float:
   for st in _loop_loads(k):
     strides = index_strides(st)
     if any(strides[d] is None for d in tile_dims + loops + globals_[-1:]): continue   # not affine: not counted
-    offsets = {0}
-    for d in tile_dims: offsets = {o + strides[d] * i for o in offsets for i in range(k.full_shape[d])}
+    offsets = _tile_offsets([(strides[d], k.full_shape[d]) for d in tile_dims])
     per_trip = len({o // LINE_ELEMENTS for o in offsets})
     if strides[lanes] != 1 and loops and abs(strides[loops[-1]]) == 1: per_trip /= LINE_ELEMENTS
     in_l1 = bool(globals_) and strides[globals_[-1]] == 0 and per_trip * 64 * trips <= L1_BYTES
@@ -281,13 +285,18 @@ def _upcasts(globals_: list[int], splits: list[tuple[int, int]], shape: tuple[in
   return opts
 
 
+def _tile_offsets(tile: list[tuple[int, int]]) -> set[int]:
+  """The distinct element offsets one buffer reads over the tile dims, given as (stride, size)."""
+  offsets = {0}
+  for stride, size in tile: offsets = {o + stride * i for o in offsets for i in range(size)}
+  return offsets
+
+
 def _count_loads(tile: list[tuple[int | None, int]]) -> int:
   """Distinct indices one buffer reads over the tile dims, given as (stride, size): strides that overlap (a
   window's rows) give fewer loads than dims."""
   if any(stride is None for stride, _ in tile): return prod(size for _, size in tile)
-  offsets = {0}
-  for stride, size in tile: offsets = {o + stride * i for o in offsets for i in range(size)}
-  return len(offsets)
+  return len(_tile_offsets(tile))
 
 
 def _tile_cost_from_strides(k: Kernel, upcasts: dict[int, int], unrolled: list[int], resident: frozenset[int] = frozenset()) -> tuple[float, int] | None:
