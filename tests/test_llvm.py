@@ -101,13 +101,40 @@ def test_unary_math_on_vectors_and_scalars_with_inf_and_nan():
     assert_matches(Tensor(x64).sqrt(), torch.sqrt(torch.from_numpy(x64)), rtol=1e-15)
 
 
-def test_vector_math_calls_the_simd_library_when_there_is_one():
-  t = Tensor(np.linspace(-5, 5, 256, dtype=np.float32)).exp2()
-  src = kernel_source(t)
+def test_vector_math_is_inline_or_calls_the_simd_library():
+  x = np.linspace(-5, 5, 256, dtype=np.float32)
   compiler = Device["LLVM"].compiler
-  if 16 in compiler.libmvec_widths: assert "@_ZGVeN16v_exp2f(<16 x float>" in src, src
-  else: assert "@llvm.exp2.v" in src or "@llvm.exp2.f32" in src, src
-  np.testing.assert_allclose(t.numpy(), np.exp2(np.linspace(-5, 5, 256, dtype=np.float32)), rtol=4e-6)
+  exp2, log2 = Tensor(x).exp2(), Tensor(x + 6).log2()
+  if compiler.avx512: assert "@llvm.x86.avx512.mask.scalef.ps.512" in kernel_source(exp2) and "_ZGV" not in kernel_source(exp2)
+  elif 16 in compiler.libmvec_widths: assert "@_ZGVeN16v_exp2f(<16 x float>" in kernel_source(exp2)
+  if 16 in compiler.libmvec_widths: assert "@_ZGVeN16v_log2f(<16 x float>" in kernel_source(log2)
+  else: assert "@llvm.log2.v" in kernel_source(log2) or "@llvm.log2.f32" in kernel_source(log2)
+  np.testing.assert_allclose(exp2.numpy(), np.exp2(x), rtol=4e-6)
+  np.testing.assert_allclose(log2.numpy(), np.log2(x + 6), rtol=4e-6)
+
+
+@pytest.mark.parametrize("name", ["exp2", "exp", "relu", "clamp", "floor"])
+def test_simd_idioms_give_the_c_backends_bits(name):
+  """floor, max/min selects, x * 2**n and AVX-512 exp2 are spelled as single instructions, as the C renderer
+  does (whose exp2 and exp are checked for accuracy in test_codegen.py): the same bits, NaN/inf/subnormals included."""
+  x = np.concatenate([np.linspace(-160, 140, 4004), [np.inf, -np.inf, np.nan, 0, -0.0, 127.5, 128, -126.2, -149, -149.5, -151, 1e-30]])   # 16 * 251
+  x = x.astype(np.float32)
+  fn = {"exp2": Tensor.exp2, "exp": Tensor.exp, "relu": Tensor.relu, "clamp": lambda t: t.clamp(-3, 5), "floor": Tensor.floor}[name]
+  mine, c_backend = fn(Tensor(x)), fn(Tensor(x, device="CPU")).numpy()
+  source = kernel_source(mine)
+  if name in ("exp", "floor"): assert "@llvm.floor.v16f32" in source, source
+  if name in ("exp", "exp2") and Device["LLVM"].compiler.avx512: assert "@llvm.x86.avx512.mask.scalef.ps.512" in source, source
+  np.testing.assert_array_equal(mine.numpy().view(np.uint32), c_backend.view(np.uint32))
+
+
+def test_exp_without_avx512_scales_by_exponent_bits(monkeypatch):
+  from minigrad.engine import realize
+  monkeypatch.setattr(Device["LLVM"].renderer, "avx512", False)   # as on a CPU without AVX-512
+  monkeypatch.setattr(realize, "compiled_kernels", {})
+  x = np.linspace(-80, 80, 1024, dtype=np.float32)
+  t = Tensor(x).exp()
+  assert "avx512" not in kernel_source(t) and "shl <16 x i32>" in kernel_source(t)
+  np.testing.assert_allclose(t.numpy(), np.exp(x), rtol=2e-6)
 
 
 def test_comparisons_with_nan_are_ordered_less_and_unordered_not_equal():

@@ -21,6 +21,7 @@ import re
 import numpy as np
 from minigrad.dtype import DType, dtypes, PtrDType, bfloat16_bits, truncate
 from minigrad.uop.ops import UOp, Ops, GroupOp
+from minigrad.codegen.c_renderer import EXP2_POLY, simd_idioms
 
 SCALAR_TYPES: dict[DType, str] = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
@@ -106,20 +107,22 @@ class LLVMRenderer:
   # CPU-shaped: loops, no workgroups or local memory
   has_local = False
 
-  def __init__(self, libmvec_widths: dict[int, str] | None = None):
+  def __init__(self, libmvec_widths: dict[int, str] | None = None, avx512: bool = False):
     """`libmvec_widths`: vector width -> ISA letter of the libmvec variants the target can call (x86: 4 -> "b"
-    with SSE2, 8 -> "d" with AVX2, 16 -> "e" with AVX-512), e.g. `_ZGVeN16v_exp2f`. None: LLVM's intrinsics."""
-    self.libmvec_widths = dict(libmvec_widths or {})
+    with SSE2, 8 -> "d" with AVX2, 16 -> "e" with AVX-512), e.g. `_ZGVeN16v_exp2f`. None: LLVM's intrinsics.
+    `avx512`: the target is x86 with AVX-512F, so exp2 of 16 floats is computed inline (as the C renderer does)."""
+    self.libmvec_widths, self.avx512 = dict(libmvec_widths or {}), avx512
 
   def render(self, name: str, uops: list[UOp]) -> str:
-    return _FunctionWriter(name, uops, self.libmvec_widths).write()
+    return _FunctionWriter(name, uops, self.libmvec_widths, self.avx512).write()
 
 
 class _FunctionWriter:
   """Writes one function. Registers are `%v<position of the uop>`; helper values get a numbered suffix (`%v12.3`)."""
 
-  def __init__(self, name: str, uops: list[UOp], libmvec_widths: dict[int, str]):
-    self.name, self.uops, self.libmvec_widths = name, uops, libmvec_widths
+  def __init__(self, name: str, uops: list[UOp], libmvec_widths: dict[int, str], avx512: bool):
+    self.name, self.uops, self.libmvec_widths, self.avx512 = name, uops, libmvec_widths, avx512
+    self.idioms = simd_idioms(uops)   # the C renderer's single-instruction patterns: floor, max/min selects, x * 2**n
     self.position = {u: i for i, u in enumerate(uops)}
     self.names: dict[UOp, str] = {}           # uop -> its register or inline constant
     self.slots: dict[UOp, str] = {}           # DEFINE_ACC -> its stack slot
@@ -204,6 +207,7 @@ class _FunctionWriter:
     elif op is Ops.GEP: self.names[u] = self.emit(u, f"extractelement {self.typed(u.src[0], u)}, i32 {u.arg}")
     elif op is Ops.CAST: self.names[u] = self.cast(u, self.value(u.src[0], u), u.src[0].dtype, u.dtype)
     elif op is Ops.BITCAST: self.names[u] = self.bitcast(u)
+    elif u in self.idioms: self.names[u] = self.idiom(u, *self.idioms[u])
     elif op in GroupOp.ALU: self.names[u] = self.alu(u)
     else: raise NotImplementedError(f"LLVMRenderer can't render {op}")
 
@@ -353,6 +357,7 @@ class _FunctionWriter:
       a_bigger = self.temp(u, f"fcmp ogt {ty} {args[0]}, {args[1]}")
       pick_a = self.temp(u, f"or {mask} {a_is_nan}, {a_bigger}")
       return self.emit(u, f"select {mask} {pick_a}, {ty} {args[0]}, {ty} {args[1]}")
+    if op is Ops.EXP2 and u.dtype == dtypes.float32.vec(16) and self.avx512: return self.exp2_avx512(u, args[0])
     if op in LIBMVEC_FUNCTIONS and u.dtype.scalar() == dtypes.float32 and u.dtype.count in self.libmvec_widths:
       function = f"@_ZGV{self.libmvec_widths[u.dtype.count]}N{u.dtype.count}v_{LIBMVEC_FUNCTIONS[op]}"
       self.declarations.add(f"declare {ty} {function}({ty})")
@@ -362,6 +367,46 @@ class _FunctionWriter:
       self.declarations.add(f"declare {ty} {function}({ty})")
       return self.emit(u, f"call {ty} {function}({ty} {args[0]})")
     raise NotImplementedError(f"LLVMRenderer can't render {op} on {u.dtype}")
+
+  def idiom(self, u: UOp, name: str, operands: tuple[UOp, ...]) -> str:
+    """A pattern simd_idioms found, spelled so LLVM picks the one x86 instruction (the uops it replaces are left
+    unused, and LLVM drops them): floor, (a > b) ? a : b (maxps), (a < b) ? a : b (minps), x * 2**n (vscalefps)."""
+    ty, mask = llvm_type(u.dtype), llvm_type(dtypes.bool.vec(16))
+    args = [self.value(s, u) for s in operands]
+    if name == "floorf_v16":
+      self.declarations.add(f"declare {ty} @llvm.floor.v16f32({ty})")
+      return self.emit(u, f"call {ty} @llvm.floor.v16f32({ty} {args[0]})")
+    if name in ("maxps_v16", "minps_v16"):
+      pick_a = self.temp(u, f"fcmp {'ogt' if name == 'maxps_v16' else 'olt'} {ty} {args[0]}, {args[1]}")
+      return self.emit(u, f"select {mask} {pick_a}, {ty} {args[0]}, {ty} {args[1]}")
+    if name == "scalef_v16" and self.avx512: return self.scalef(u, *args)
+    if name == "scalef_v16":   # 2**n built from its exponent bits (n integral and in range, as the C fallback)
+      ints = llvm_type(dtypes.int32.vec(16))
+      biased = self.temp(u, f"add {ints} {self.temp(u, f'fptosi {ty} {args[1]} to {ints}')}, {const_text(127, dtypes.int32.vec(16))}")
+      power = self.temp(u, f"bitcast {ints} {self.temp(u, f'shl {ints} {biased}, {const_text(23, dtypes.int32.vec(16))}')} to {ty}")
+      return self.emit(u, f"fmul {ty} {args[0]}, {power}")
+    raise NotImplementedError(f"LLVMRenderer has no spelling for the idiom {name}")
+
+  def scalef(self, u: UOp, x: str, n: str) -> str:
+    """x * 2**n in one AVX-512 instruction (vscalefps): overflow to inf, underflow through the subnormals to 0."""
+    ty = llvm_type(u.dtype)
+    function = "@llvm.x86.avx512.mask.scalef.ps.512"
+    self.declarations.add(f"declare {ty} {function}({ty}, {ty}, {ty}, i16, i32)")
+    # rounding argument 4: the current mode (round to nearest)
+    return self.emit(u, f"call {ty} {function}({ty} {x}, {ty} {n}, {ty} zeroinitializer, i16 -1, i32 4)")
+
+  def exp2_avx512(self, u: UOp, x: str) -> str:
+    """exp2 of 16 floats inline, as the C renderer's AVX-512 exp2 (the same instructions, so the same bits): x = n + f
+    with n = round(x), the polynomial EXP2_POLY for 2**f, then vscalefps multiplies by 2**n (overflow to inf,
+    underflow through the subnormals to 0, NaN stays NaN). Where x is an integer (or +-inf) f is 0, not inf - inf."""
+    ty, mask = llvm_type(u.dtype), llvm_type(dtypes.bool.vec(16))
+    self.declarations.add(f"declare {ty} @llvm.roundeven.v16f32({ty})")
+    n = self.temp(u, f"call {ty} @llvm.roundeven.v16f32({ty} {x})")
+    is_integer = self.temp(u, f"fcmp oeq {ty} {x}, {n}")
+    f = self.temp(u, f"select {mask} {is_integer}, {ty} zeroinitializer, {ty} {self.temp(u, f'fsub {ty} {x}, {n}')}")
+    p = const_text(EXP2_POLY[0], u.dtype)
+    for c in EXP2_POLY[1:]: p = self.temp(u, f"fadd contract {ty} {self.temp(u, f'fmul contract {ty} {p}, {f}')}, {const_text(c, u.dtype)}")
+    return self.scalef(u, p, n)
 
   def int_alu(self, u: UOp, args: list[str]) -> str:
     op, dt, ty = u.op, u.dtype, llvm_type(u.dtype)

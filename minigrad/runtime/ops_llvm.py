@@ -50,6 +50,7 @@ class LLVMCompiler(Compiler):
     enabled = {f[1:] for f in self.features.split(",") if f.startswith("+")}
     self.libmvec_widths = {width: letter for width, (letter, feature) in LIBMVEC_VARIANTS.items()
                            if feature in enabled} if has_libmvec() else {}
+    self.avx512 = "avx512f" in enabled and self.target_machine.triple.startswith("x86_64")
     self.libraries = ["-lm"] + (["-lmvec"] if self.libmvec_widths else [])
     super().__init__(f"llvmlite {llvmlite.__version__} LLVM {'.'.join(map(str, llvm.llvm_version_info))} O{opt_level} "
                      f"triple={self.target_machine.triple} cpu={self.cpu_name} features={self.features} "
@@ -98,4 +99,4 @@ class LLVMProgram(CPUProgram):
 def create_device() -> Compiled:
   compiler = LLVMCompiler()
   # the renderer may call the SIMD math functions this CPU and C library have
-  return Compiled("LLVM", CPUAllocator(), compiler, LLVMRenderer(libmvec_widths=compiler.libmvec_widths), LLVMProgram)
+  return Compiled("LLVM", CPUAllocator(), compiler, LLVMRenderer(libmvec_widths=compiler.libmvec_widths, avx512=compiler.avx512), LLVMProgram)
