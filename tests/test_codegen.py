@@ -205,7 +205,7 @@ def test_select_idioms_keep_nans_and_signed_zeros():
 
 
 def test_floor_and_power_of_two_idioms_match_their_plain_spelling():
-  from minigrad.codegen.c_renderer import simd_idioms
+  from minigrad.codegen.cpu_patterns import simd_idioms
   from minigrad.dtype import dtypes
   from minigrad.uop.ops import UOp, Ops
   x = np.array([-0.0, 0.0, -0.5, 0.5, -1.0, 1.5, -2.5, 1e30, -1e30, 8388609.0, np.inf, -np.inf, np.nan, -1e-45, 3.0, -3.7], np.float32)

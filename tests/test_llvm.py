@@ -137,6 +137,20 @@ def test_exp_without_avx512_scales_by_exponent_bits(monkeypatch):
   np.testing.assert_allclose(t.numpy(), np.exp(x), rtol=2e-6)
 
 
+def test_prefetches_as_the_c_backend():
+  """The packed matmul panel and a softmax's next row are prefetched (codegen.cpu_patterns decides for both
+  backends); a plain row sum is left to the hardware."""
+  rng = np.random.default_rng(3)
+  a, b = rng.standard_normal((128, 512)).astype(np.float32), rng.standard_normal((512, 512)).astype(np.float32)
+  product = Tensor(a) @ Tensor(b)
+  assert kernel_source(product).count("call void @llvm.prefetch.p0(") == 4   # one per vector of the 64-column panel
+  np.testing.assert_allclose(product.numpy(), a @ b, rtol=1e-4, atol=2e-3)
+  x = rng.standard_normal((64, 1024)).astype(np.float32)
+  softmax = Tensor(x).softmax(-1)
+  assert "@llvm.prefetch" in kernel_source(softmax) and "@llvm.prefetch" not in kernel_source(Tensor(x).sum(1))
+  np.testing.assert_array_equal(softmax.numpy(), Tensor(x, device="CPU").softmax(-1).numpy())
+
+
 def test_comparisons_with_nan_are_ordered_less_and_unordered_not_equal():
   a = np.array([np.nan, 1, np.nan, 2, -np.inf, 0.0] * 8, np.float32)
   b = np.array([1, np.nan, np.nan, 2, np.inf, -0.0] * 8, np.float32)

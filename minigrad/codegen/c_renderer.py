@@ -13,6 +13,7 @@ import numpy as np
 from minigrad.dtype import DType, dtypes, PtrDType, bfloat16_bits
 from minigrad.uop.ops import UOp, Ops, GroupOp
 from minigrad.uop.symbolic import split_terms, _coefficient
+from minigrad.codegen.cpu_patterns import EXP2_POLY, prefetches, simd_idioms
 
 
 class CRenderer:
@@ -129,7 +130,7 @@ class CRenderer:
     globals_ = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
     written = {u.src[0].src[0].arg for u in uops if u.op is Ops.STORE}
     streamed = self.streamed_stores(uops)
-    prefetched = {**self.prefetched_loads(uops), **self.panel_prefetches(uops)}
+    prefetched = prefetches(uops, self.threaded_outer_loop) if self.vector_lanes else {}
     idioms = simd_idioms(uops) if self.vector_lanes else {}
     transposes = transposed_rows(uops) if self.vector_lanes and self.shufflevector else {}
     transposed: dict[tuple[UOp, ...], list[str]] = {}
@@ -285,67 +286,6 @@ class CRenderer:
       return (index.src[1].vmax + width) * value.dtype.scalar().itemsize >= self.streaming_store_bytes
     return {u for u in uops if u.op is Ops.STORE and streams(u)}
 
-  # ---- prefetching the next row ----
-  # rows up to this size: the hardware's stream prefetch stops at page boundaries (4 KB), so each such row would start
-  # with a cache miss per line, while longer rows stream
-  prefetch_row_bytes = 16 << 10
-
-  def prefetched_loads(self, uops: list[UOp]) -> dict[UOp, int]:
-    """Vector loads in the first inner loop that reads a buffer again within one trip of the threaded outer loop (a
-    fused softmax's sum pass over a row the max pass just brought into L1): each also prefetches its element one outer
-    trip ahead, so the next row arrives while this one computes. load -> elements ahead (the outer loop's stride)."""
-    outer = next((u for u in uops if u.op is Ops.RANGE), None)
-    if not self.threaded_outer_loop or not self.vector_lanes or outer is None: return {}
-    loop_of: dict[UOp, int] = {}   # inner loop (counted in order) -> index; loads belong to the loop directly inside `outer`
-    open_loops: list[UOp] = []
-    reads: dict[UOp, list[int]] = {}   # buffer -> the inner loops that read it
-    candidates: list[UOp] = []
-    for u in uops:
-      if u.op is Ops.RANGE and u is not outer:
-        if not open_loops: loop_of[u] = len(loop_of)
-        open_loops.append(u)
-      elif u.op is Ops.ENDRANGE and open_loops: open_loops.pop()
-      elif u.op is Ops.LOAD and open_loops and u.dtype.count > 1 and len(u.src[0].src) == 2:
-        loop, buffer = loop_of[open_loops[0]], u.src[0].src[0]
-        if loop not in reads.setdefault(buffer, []): reads[buffer].append(loop)
-        if len(reads[buffer]) == 2 and reads[buffer][1] == loop: candidates.append(u)
-    prefetched: dict[UOp, int] = {}
-    for load in candidates:
-      terms = [_coefficient(term) for term in split_terms(load.src[0].src[1])]
-      strides = [coefficient for base, coefficient in terms if base is outer]
-      if len(strides) != 1 or any(base is not outer and base is not None and outer in base.toposort for base, _ in terms): continue
-      if 0 < strides[0] * load.dtype.scalar().itemsize <= self.prefetch_row_bytes: prefetched[load] = strides[0]
-    return prefetched
-
-  # ---- prefetching a packed panel ----
-  # a vector load that feeds a register tile (used by several multiply-adds) and whose index moves this many bytes
-  # per trip of its reduce loop reads a panel of a few vectors side by side per trip (a matmul operand packed by
-  # minigrad.schedule.packing). The loop is compute-bound and the hardware brings the panel from L2 into L1 too late:
-  # each such load also prefetches prefetch_ahead_bytes ahead (1024^2 matmul kernel, one core: 135 -> 147 GFLOPS).
-  # Streams a whole row apart per trip (an unpacked operand, a convolution's input planes) and loads used once
-  # (a row reduction, bound by memory) are left to the hardware.
-  panel_step_bytes = (128, 256)
-  panel_min_uses = 4
-  prefetch_ahead_bytes = 2048
-
-  def panel_prefetches(self, uops: list[UOp]) -> dict[UOp, int]:
-    """Vector loads of packed panels (see above) -> elements ahead to prefetch."""
-    if not self.vector_lanes: return {}
-    uses: dict[UOp, int] = {}
-    for u in uops:
-      for s in u.src: uses[s] = uses.get(s, 0) + 1
-    prefetched: dict[UOp, int] = {}
-    open_loops: list[UOp] = []
-    for u in uops:
-      if u.op is Ops.RANGE: open_loops.append(u)
-      elif u.op is Ops.ENDRANGE and open_loops: open_loops.pop()
-      elif u.op is Ops.LOAD and open_loops and open_loops[-1].arg[1] == "reduce" and u.dtype.count > 1 and len(u.src[0].src) == 2 \
-          and uses.get(u, 0) >= self.panel_min_uses:
-        strides = [coefficient for base, coefficient in map(_coefficient, split_terms(u.src[0].src[1])) if base is open_loops[-1]]
-        step = strides[0] * u.dtype.scalar().itemsize if len(strides) == 1 else 0
-        if self.panel_step_bytes[0] <= step <= self.panel_step_bytes[1]: prefetched[u] = strides[0] * (self.prefetch_ahead_bytes // step)
-    return prefetched
-
   def stream_helpers(self, streamed: set[UOp]) -> list[str]:
     lines = [*X86_INCLUDE, "#include <stdint.h>"] if streamed else []
     for dt in sorted({u.src[1].dtype for u in streamed}, key=lambda d: (d.name, d.count)):
@@ -426,11 +366,6 @@ class CRenderer:
 
 
 SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
-# 2**f on [-0.5, 0.5]: a degree-6 polynomial fitted for relative error (1.9e-9), under 1 ulp in float32 with FMAs;
-# highest power first (the LLVM renderer spells the same exp2)
-EXP2_POLY = (1.534732e-04, 1.3400154e-03, 9.618484e-03, 5.550328e-02, 2.4022646e-01, 6.931472e-01, 1.0)
-
-
 def _exp2_avx512(vec: str) -> list[str]:
   """exp2 inline on AVX-512: x = n + f with n = round(x), the polynomial for 2**f, then vscalefps multiplies by
   2**n with the right overflow to inf, underflow through the subnormals to 0 and NaN. Where x is an integer
@@ -457,33 +392,6 @@ X86_MASKED_LOAD = {
 X86_TRUNC = {4: ("__SSE4_1__", "_mm_round_ps(x, 11)"), 8: ("__AVX__", "_mm256_round_ps(x, 11)"), 16: ("__AVX512F__", "_mm512_roundscale_ps(x, 11)")}
 
 
-# ---- idioms: multi-op float32x16 patterns that AVX-512 does in one instruction (the spelling of what they compute) ----
-
-def _const_value(u: UOp) -> float | int | None:
-  if u.op is Ops.CONST: return u.arg
-  if u.op is Ops.VECTORIZE and all(s is u.src[0] for s in u.src) and u.src[0].op is Ops.CONST: return u.src[0].arg
-  return None
-
-
-def _floor_of(u: UOp) -> UOp | None:
-  """y when u is floor(y) written as trunc(y) - (y < trunc(y)) (the Tensor API's floor)."""
-  if u.op is not Ops.ADD or u.dtype != dtypes.float32.vec(16): return None
-  for t, minus in (u.src, u.src[::-1]):
-    if t.op is Ops.TRUNC and minus.op is Ops.NEG and minus.src[0].op is Ops.CAST and minus.src[0].src[0].op is Ops.CMPLT \
-       and minus.src[0].src[0].src == (t.src[0], t): return t.src[0]
-  return None
-
-
-def _power_of_two_exponent(u: UOp) -> UOp | None:
-  """n when u is 2**n built from the bits of the int32 n + 127 shifted into a float32's exponent."""
-  if u.op is not Ops.BITCAST or u.dtype != dtypes.float32.vec(16): return None
-  shl = u.src[0]
-  if shl.op is not Ops.SHL or _const_value(shl.src[1]) != 23 or shl.src[0].op is not Ops.ADD: return None
-  for cast, bias in (shl.src[0].src, shl.src[0].src[::-1]):
-    if cast.op is Ops.CAST and _const_value(bias) == 127 and cast.src[0].dtype == dtypes.float32.vec(16): return cast.src[0]
-  return None
-
-
 def shuffled_lanes(u: UOp) -> tuple[tuple[UOp, ...], list[int]] | None:
   """A VECTORIZE whose lanes are GEPs of one or two vectors of one (non-bool) type: (the vectors, the lane numbers
   for __builtin_shufflevector, counting the second vector's lanes after the first's), else None."""
@@ -503,35 +411,6 @@ def transposed_rows(uops: list[UOp]) -> dict[UOp, tuple[tuple[UOp, ...], int]]:
     block = tuple(s.src[0] for s in u.src)
     if len(set(block)) == width and all(v.dtype == u.dtype for v in block): rows.setdefault(block, {})[u.src[0].arg] = u
   return {u: (block, row) for block, found in rows.items() if len(found) == len(block) for row, u in found.items()}
-
-
-def simd_idioms(uops: list[UOp]) -> dict[UOp, tuple[str, tuple[UOp, ...]]]:
-  """floor(y) -> floorf_v16(y) (vrndscaleps), x * 2**n for an integral n (exp's scaling) -> scalef_v16(x, n)
-  (vscalefps), where(p < q, q, p) -> maxps_v16(q, p) and where(p < q, p, q) -> minps_v16(p, q): node -> (helper,
-  its arguments). The helpers fall back to the plain spelling without AVX-512."""
-  idioms: dict[UOp, tuple[str, tuple[UOp, ...]]] = {}
-  integral: dict[UOp, bool] = {}
-
-  def is_integral(u: UOp) -> bool:
-    if u not in integral:
-      value = _const_value(u)
-      integral[u] = (u.op is Ops.TRUNC or u in idioms and idioms[u][0] == "floorf_v16" or value is not None and float(value).is_integer()
-                     or u.op in (Ops.ADD, Ops.NEG) and all(is_integral(s) for s in u.src)
-                     or u.op is Ops.WHERE and is_integral(u.src[1]) and is_integral(u.src[2]))
-    return integral[u]
-  for u in uops:
-    if (y := _floor_of(u)) is not None: idioms[u] = ("floorf_v16", (y,))
-    elif u.op is Ops.WHERE and u.dtype == dtypes.float32.vec(16) and u.src[0].op is Ops.CMPLT:
-      # x86's max is (a > b) ? a : b and min (a < b) ? a : b, NaNs and signed zeros included: clamp's selects
-      p, q = u.src[0].src
-      if u.src[1:] == (q, p): idioms[u] = ("maxps_v16", (q, p))
-      elif u.src[1:] == (p, q): idioms[u] = ("minps_v16", (p, q))
-    elif u.op is Ops.MUL and u.dtype == dtypes.float32.vec(16):
-      for x, power in (u.src, u.src[::-1]):
-        if (n := _power_of_two_exponent(power)) is not None and is_integral(n):
-          idioms[u] = ("scalef_v16", (x, n))
-          break
-  return idioms
 
 
 def idiom_helpers(idioms: dict[UOp, tuple[str, tuple[UOp, ...]]]) -> list[str]:

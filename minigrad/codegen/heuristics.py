@@ -345,7 +345,7 @@ def _order_loops(k: Kernel) -> None:
   rows, along which the packed column panel stays the same) runs innermost, so that input stays in L2 while the
   row tiles sweep it and the other input streams by - when the other dim, which then runs outermost and is shared
   out to the threads, has at least MIN_OUTER_TRIPS trips (a narrow product's second operand fits in L2 anyway).
-  The rows are not cut into L2-sized blocks: with the panel prefetched (see CRenderer.panel_prefetches) that
+  The rows are not cut into L2-sized blocks: with the panel prefetched (see codegen.cpu_patterns.panel_prefetches) that
   measured slower (1024^2: 152 -> 158 GFLOPS per core, 2048^2: 131 -> 156; 2 threads alike)."""
   globals_ = k.axes_of("global")
   if len(globals_) != 2: return

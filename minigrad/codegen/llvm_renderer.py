@@ -13,6 +13,8 @@ How the uops are spelled:
   - vector dtypes are LLVM vectors (`<16 x float>`), masks are `<16 x i1>`; bool is `i1` in registers and a
     byte in memory; bfloat16 is carried as its 16-bit word (`i16`), since minigrad.codegen.dtype_rules
     has already turned its arithmetic into float32 math and bit operations;
+  - what minigrad.codegen.cpu_patterns finds, the C renderer's way too: floor, max/min selects and x * 2**n as one
+    AVX-512 instruction each, exp2 of 16 floats inline, prefetches ahead of packed panels and a softmax's next row;
   - ALU ops mean what they mean in the C renderer (which compiles with -fwrapv -ffp-contract=fast): integers
     wrap, floats may fuse a*b+c (the `contract` flag) but keep their NaN/inf semantics (no `nnan`/`ninf`).
 """
@@ -21,7 +23,7 @@ import re
 import numpy as np
 from minigrad.dtype import DType, dtypes, PtrDType, bfloat16_bits, truncate
 from minigrad.uop.ops import UOp, Ops, GroupOp
-from minigrad.codegen.c_renderer import EXP2_POLY, simd_idioms
+from minigrad.codegen.cpu_patterns import EXP2_POLY, prefetches, simd_idioms
 
 SCALAR_TYPES: dict[DType, str] = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
@@ -122,7 +124,8 @@ class _FunctionWriter:
 
   def __init__(self, name: str, uops: list[UOp], libmvec_widths: dict[int, str], avx512: bool):
     self.name, self.uops, self.libmvec_widths, self.avx512 = name, uops, libmvec_widths, avx512
-    self.idioms = simd_idioms(uops)   # the C renderer's single-instruction patterns: floor, max/min selects, x * 2**n
+    self.idioms = simd_idioms(uops)   # single-instruction patterns: floor, max/min selects, x * 2**n
+    self.prefetched = prefetches(uops, threaded_outer_loop=True)   # vector loads -> elements ahead to prefetch
     self.position = {u: i for i, u in enumerate(uops)}
     self.names: dict[UOp, str] = {}           # uop -> its register or inline constant
     self.slots: dict[UOp, str] = {}           # DEFINE_ACC -> its stack slot
@@ -253,6 +256,10 @@ class _FunctionWriter:
         self.zeros_size = max(self.zeros_size, 64, u.dtype.itemsize)
         address = self.temp(u, f"select {self.typed(gate, u)}, ptr {address}, ptr @zeros")
       loaded = f"load {mem_type}, ptr {address}, align {align}"
+    if u in self.prefetched:   # also fetch what a later trip reads (no inbounds: it may be past the end; prefetches never fault)
+      ahead = self.temp(u, f"getelementptr {memory_type(u.dtype.scalar())}, ptr {self.names[index]}, i64 {self.prefetched[u]}")
+      self.declarations.add("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
+      self.instruction(f"call void @llvm.prefetch.p0(ptr {ahead}, i32 0, i32 3, i32 1)")   # read, keep in all caches, data
     if u.dtype.scalar() != dtypes.bool: return self.emit(u, loaded)
     return self.emit(u, f"icmp ne {mem_type} {self.temp(u, loaded)}, zeroinitializer" if u.dtype.count > 1 else
                      f"icmp ne {mem_type} {self.temp(u, loaded)}, 0")

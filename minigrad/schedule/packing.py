@@ -5,7 +5,7 @@ reads a 2-d operand `b` (one reduce dim k, one output dim j) gets a copy kernel 
 b[k, j] as panels of W columns: packed[j // W][k][j % W], W the first of PANEL_WIDTHS that divides b's columns.
 The product then reads one contiguous panel per tile of output columns instead of W-wide strips a whole row
 apart: the panel stays in the L2 cache while the kernel sweeps the rows, and one stream is easy to prefetch
-(the C renderer prefetches it ahead, see CRenderer.panel_prefetches). (Rows a power-of-two apart also map to
+(the C renderer prefetches it ahead, see codegen.cpu_patterns.panel_prefetches). (Rows a power-of-two apart also map to
 the same few cache sets, so unpacked strips evict each other.)
 
 The codegen heuristics give such a kernel output tiles of W columns (4 rows x 4 vectors of 16 floats for
