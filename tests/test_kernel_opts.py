@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from minigrad import Tensor, Device
 from minigrad.codegen.kernel import Kernel, Opt, KernelOptError
+from minigrad.uop.ops import Ops
 from minigrad.engine.realize import get_kernel, buffer_of
 from minigrad.runtime.device import available_devices
 
@@ -98,6 +99,21 @@ def test_gpu_opt_pairs_match_plain_loops(device, name):
   for opts in sequences[::4]:
     out, _ = run_with(t, opts, device)
     np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5, err_msg=f"{device} {opts}")
+
+
+def test_padding_output_rows_gates_only_the_loads_that_move_along_them():
+  # PADTO 6 on a matmul's rows: a's row loads are gated (rows 64, 65 don't exist), b's loads read the same element
+  # for every row and stay ungated (a gate per vector load in the inner loop), the stores drop rows 64, 65
+  a, b = arr(64, 32), arr(32, 48)
+  (item,) = (Tensor(a) @ Tensor(b)).schedule()
+  kernel = Kernel(item.ast)
+  kernel.apply_opt(Opt("PADTO", 0, 6))
+  loads = [n for n in item.ast.toposort if n.op is Ops.LOAD]
+  masked = {load.src[0].arg: kernel.st_of(load.src[1]).views[-1].mask is not None for load in loads}
+  store = next(n for n in item.ast.toposort if n.op is Ops.STORE)
+  assert sorted(masked.values()) == [False, True] and kernel.st_of(store.src[1]).views[-1].mask is not None
+  out, _ = run_with(Tensor(a) @ Tensor(b), [Opt("PADTO", 0, 6), Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 6)])
+  np.testing.assert_allclose(out.reshape(64, 48), a @ b, rtol=1e-5, atol=1e-5)
 
 
 def test_matmul_heuristics_give_a_simd_register_tile():

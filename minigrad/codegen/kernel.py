@@ -19,7 +19,7 @@ dims are moved last, and neighbouring dims merge when every buffer sees them as 
 from __future__ import annotations
 from dataclasses import dataclass
 from minigrad.uop.ops import UOp, Ops
-from minigrad.uop.shapetracker import ShapeTracker
+from minigrad.uop.shapetracker import ShapeTracker, View
 
 VIEW_HOLDERS = (Ops.LOAD, Ops.STORE, Ops.CONST, Ops.VALID, Ops.ARANGE)
 OPT_KINDS = ("UPCAST", "UNROLL", "LOCAL", "GROUP", "GROUPTOP", "PADTO", "SWAP")
@@ -199,8 +199,21 @@ class Kernel:
       reduces = [n for n in self.ast.toposort if n.op is Ops.REDUCE_AXIS]
       if any(r.arg[0] is not Ops.ADD for r in reduces) or any(n.op not in ZERO_PRESERVING for r in reduces for n in r.src[0].toposort):
         raise KernelOptError(f"{opt}: padding a reduce dim is only exact for a sum of ops that keep zeros zero")
-    self.sts = [st.pad(tuple((0, padded - size) if i == opt.axis and st.shape[i] != 1 else (0, 0) for i in range(len(st.shape))))
-                for st in self.sts]
+    padding = tuple((0, padded - size) if i == opt.axis else (0, 0) for i in range(self.shape_len))
+    stored = {n.src[1] for n in self.ast.toposort if n.op is Ops.STORE}
+    self.sts = [st if st.shape[opt.axis] == 1 else (view not in stored and self._broadcast_longer(st, opt.axis, padded)) or st.pad(padding)
+                for view, st in zip(self.views, self.sts)]
+
+  def _broadcast_longer(self, st: ShapeTracker, axis: int, padded: int) -> ShapeTracker | None:
+    """A load that reads the same element all along an output dim (stride 0, unmasked) needs no mask where that dim
+    is padded: its index stays in bounds, and the stores drop the padded outputs. Saves a gate per load in the inner
+    loop (a matmul's B operand along the padded rows of A). None where a mask is needed."""
+    last = st.views[-1]
+    if self.axis_kinds[axis] in ("reduce", "group") or last.strides[axis] != 0 or (last.mask is not None and last.mask[axis] != (0, last.shape[axis])):
+      return None
+    shape = last.shape[:axis] + (padded,) + last.shape[axis + 1:]
+    mask = None if last.mask is None else last.mask[:axis] + ((0, padded),) + last.mask[axis + 1:]
+    return ShapeTracker(st.views[:-1] + (View.create(shape, last.strides, last.offset, mask),))
 
   # ---- naming ----
   @property
