@@ -17,7 +17,7 @@ from minigrad.dtype import DType, DTypeError, dtypes, to_dtype, result_type
 from minigrad.function import const_uop
 from minigrad.helpers import prod
 from minigrad.uop.ops import Ops, UOp
-from minigrad.tensor_unary import UnaryMixin
+from minigrad.tensor_unary import UnaryMixin, _exp2_of
 if TYPE_CHECKING: from minigrad.tensor import Tensor
 
 Number = (int, float, bool, np.generic)
@@ -503,8 +503,6 @@ def _pow_forward(b: Tensor, e: Tensor) -> Tensor:
   one = e.eq(0) | b.eq(1) | (b.eq(-1) & e.isinf())
   return one.where(1.0, (e_integer & (e.abs() < 2 ** SMALL_POWER_BITS)).where(product, general))
 
-
-def _exp2_of(x: Tensor) -> Tensor: return x._alu(Ops.EXP2)
 
 
 def _pow_gradient(grad: Tensor, y: Tensor, b: Tensor, e: Tensor) -> tuple[Tensor, Tensor]:
