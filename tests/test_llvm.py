@@ -5,6 +5,7 @@ this backend with `DEV=LLVM python -m pytest tests/test_ops*.py tests/test_dtype
 """
 from __future__ import annotations
 import os
+import re
 import subprocess
 import sys
 import numpy as np
@@ -149,6 +150,20 @@ def test_prefetches_as_the_c_backend():
   softmax = Tensor(x).softmax(-1)
   assert "@llvm.prefetch" in kernel_source(softmax) and "@llvm.prefetch" not in kernel_source(Tensor(x).sum(1))
   np.testing.assert_array_equal(softmax.numpy(), Tensor(x, device="CPU").softmax(-1).numpy())
+
+
+def test_accumulator_chains_are_interleaved():
+  """A 3x3 convolution's reduce loop updates 16 accumulators with 9 multiply-adds each. The IR takes the chains'
+  steps in turns (every accumulator is read before any is written back), so no multiply-add waits on the one before
+  it; the result is unchanged (the same bits as the C backend)."""
+  rng = np.random.default_rng(4)
+  x, w = rng.standard_normal((2, 16, 8, 16)).astype(np.float32), rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+  out = Tensor(x).conv2d(Tensor(w), padding=1)
+  source = kernel_source(out)
+  loop = source[source.rindex("store <16 x float> zeroinitializer, ptr %acc"):]   # after the accumulators' zeroing
+  first_write = loop.index("store <16 x float> %v")   # the loop body's first write back to an accumulator
+  assert len(re.findall(r"load <16 x float>, ptr %acc", loop[:first_write])) == 16, source
+  np.testing.assert_array_equal(out.numpy(), Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=1).numpy())
 
 
 def test_comparisons_with_nan_are_ordered_less_and_unordered_not_equal():

@@ -119,11 +119,50 @@ class LLVMRenderer:
     return _FunctionWriter(name, uops, self.libmvec_widths, self.avx512).write()
 
 
+# ops that fix their place: loops, memory writes (a STORE may open a basic block), definitions
+_ANCHORS = (Ops.RANGE, Ops.ENDRANGE, Ops.STORE, Ops.DEFINE_ACC, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.SPECIAL, Ops.BARRIER)
+
+
+def interleaved(uops: list[UOp]) -> list[UOp]:
+  """The uops with each straight run between anchors (see _ANCHORS) sorted by dependency depth, stable. A reduce
+  loop that updates several accumulators with chains of multiply-adds (a 3x3 convolution: 16 accumulators, 9
+  each) then has the chains' first steps together, then their second steps, and so on: LLVM's x86 backend keeps
+  the IR order, and one chain after the other would make each multiply-add wait for the previous one (the C
+  compiler reorders by itself). Accumulator slots keep their order: a read of one stays before the ASSIGN that
+  writes it, and a read after an ASSIGN stays after it."""
+  out: list[UOp] = []
+  run: list[UOp] = []
+
+  def flush() -> None:
+    depth: dict[UOp, int] = {}
+    written_at: dict[UOp, int] = {}   # accumulator -> depth of its last ASSIGN in the run
+    read_until: dict[UOp, int] = {}   # accumulator -> deepest read since then
+    for u in run:
+      d = 1 + max((depth[s] for s in u.src if s in depth), default=-1)
+      reads = [a for s in (u.src[1:] if u.op is Ops.ASSIGN else u.src) if (a := s.src[0] if s.op is Ops.ASSIGN else s).op is Ops.DEFINE_ACC]
+      for acc in reads: d = max(d, written_at.get(acc, -1) + 1)
+      if u.op is Ops.ASSIGN:
+        acc = u.src[0]
+        d = max(d, read_until.get(acc, -1) + 1, written_at.get(acc, -1) + 1)
+        written_at[acc], read_until[acc] = d, -1
+      for acc in reads: read_until[acc] = max(read_until.get(acc, -1), d)
+      depth[u] = d
+    out.extend(sorted(run, key=depth.__getitem__))
+    run.clear()
+  for u in uops:
+    if u.op in _ANCHORS:
+      flush()
+      out.append(u)
+    else: run.append(u)
+  flush()
+  return out
+
+
 class _FunctionWriter:
   """Writes one function. Registers are `%v<position of the uop>`; helper values get a numbered suffix (`%v12.3`)."""
 
   def __init__(self, name: str, uops: list[UOp], libmvec_widths: dict[int, str], avx512: bool):
-    self.name, self.uops, self.libmvec_widths, self.avx512 = name, uops, libmvec_widths, avx512
+    self.name, self.uops, self.libmvec_widths, self.avx512 = name, interleaved(uops), libmvec_widths, avx512
     self.idioms = simd_idioms(uops)   # single-instruction patterns: floor, max/min selects, x * 2**n
     self.prefetched = prefetches(uops, threaded_outer_loop=True)   # vector loads -> elements ahead to prefetch
     self.position = {u: i for i, u in enumerate(uops)}
