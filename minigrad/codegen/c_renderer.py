@@ -366,6 +366,8 @@ class CRenderer:
 
 
 SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
+
+
 def _exp2_avx512(vec: str) -> list[str]:
   """exp2 inline on AVX-512: x = n + f with n = round(x), the polynomial for 2**f, then vscalefps multiplies by
   2**n with the right overflow to inf, underflow through the subnormals to 0 and NaN. Where x is an integer
