@@ -102,6 +102,20 @@ def test_two_reduces_in_sequence():
   assert out.item() == pytest.approx(xn.sum(1).max(), rel=1e-5)
 
 
+@pytest.mark.parametrize("prologue, kernels", [
+  (lambda x: (x.abs().sqrt() / 3 + 1).exp() / (x * x + 2), 2),   # ~20 ops per element, read 16 times: its own kernel
+  (lambda x: x.relu() * 2, 1),                                   # cheap: recomputing it is cheaper than a buffer
+])
+def test_expensive_input_of_a_reduce_is_computed_once(prologue, kernels):
+  # out[n, j] = sum_k f(x)[n, k] * w[j, k]: the reduce reads each f(x) element once per j (16 times)
+  xn, wn = fresh(64, 32), fresh(16, 32)
+  out = (prologue(Tensor(xn)).reshape(64, 1, 32) * Tensor(wn).reshape(1, 16, 32)).sum(-1)
+  assert count_kernels(out) == kernels
+  torch = pytest.importorskip("torch")
+  expected = (prologue(torch.from_numpy(xn)).reshape(64, 1, 32) * torch.from_numpy(wn).reshape(1, 16, 32)).sum(-1)
+  np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_reduce_broadcast_back_along_its_axis_fuses_on_cpu():
   xn = fresh(8, 8)
   x = Tensor(xn)

@@ -6,6 +6,8 @@ and for each requested UOp the buffer-backed UOp it becomes once the schedule ha
 Which nodes get their own buffer ("realized"):
   - what was asked for, CONTIGUOUS nodes,
   - a reduce used by more than one consumer, or fused into two kernels,
+  - an elementwise computation a reduce's input would redo 8 or more times per element, when it takes 8 or more
+    ops per element (a BatchNorm backward under a convolution's input gradient; see _Fusion._recomputed),
   - a reduce seen through a view other than a reshape, unless (on CPU-like devices) the view only broadcasts its
     result back along the axes it reduced, and the axes it keeps are the kernel's outermost loops: then it is a
     side reduce of the consuming kernel (see KernelPlan), computed once per outer loop trip. softmax is one
@@ -24,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import weakref
 from minigrad.dtype import dtypes
+from minigrad.helpers import prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, toposort
 from minigrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from minigrad.uop.shapetracker import ShapeTracker, View, row_major_strides
@@ -86,6 +89,10 @@ class KernelPlan:
 
 # devices whose kernels are loops: a side reduce is hoisted out of the row's loops (GPU threads would each redo it)
 SIDE_REDUCE_DEVICES = ("CPU", "LLVM")
+# an elementwise computation a reduce's input would redo this many times per element, at this many ops per element
+# (EXPENSIVE_OPS count more), is realized first (see _Fusion._recomputed)
+RECOMPUTE_FACTOR, RECOMPUTE_WORK = 8, 8
+EXPENSIVE_OPS = {Ops.FDIV: 4, Ops.RECIP: 4, Ops.SQRT: 4, Ops.EXP2: 4, Ops.LOG2: 4, Ops.SIN: 4, Ops.IDIV: 4, Ops.MOD: 4}
 
 
 class _Fusion:
@@ -124,29 +131,50 @@ class _Fusion:
     main_axes = set(plan.main.arg[1]) if plan.main is not None else set()
     top_region = tuple(None if a in main_axes else a for a in range(len(base)))
     side_ok = root.device in SIDE_REDUCE_DEVICES
-    stack: list[tuple[UOp, ShapeTracker, tuple[int | None, ...]]] = [(start, top_view, top_region)]
-    seen: set[tuple[UOp, ShapeTracker, tuple[int | None, ...]]] = set()
+    # (node, the view from the kernel's loops to it, its region, whether it is inside the main reduce's input)
+    stack: list[tuple[UOp, ShapeTracker, tuple[int | None, ...], bool]] = [(start, top_view, top_region, False)]
+    seen: set[tuple[UOp, ShapeTracker, tuple[int | None, ...], bool]] = set()
     while stack:
       item = stack.pop()
       if item in seen: continue
       seen.add(item)
-      node, view, region = item
+      node, view, region, reduced = item
       if self._stops(node, root): continue
-      if node.op is Ops.VIEW: stack.append((node.src[0], node.arg + view, region))
+      if node.op is Ops.VIEW:
+        if reduced and self._recomputed(node.src[0], node.arg + view, root):
+          self.realize[node.src[0]] = None
+          continue
+        stack.append((node.src[0], node.arg + view, region, reduced))
       elif node.op is Ops.REDUCE_AXIS:
         if node is plan.main:
           # seen through another view too, or from inside a side reduce (which loops over other dims): a kernel of its own
           if not view.contiguous or region != top_region: self.realize[node] = None
-          else: stack.append((node.src[0], ShapeTracker.from_shape(node.src[0].shape), top_region))
+          else: stack.append((node.src[0], ShapeTracker.from_shape(node.src[0].shape), top_region, True))
           continue
         kept = _broadcast_back(node, view, region) if side_ok else None
         if kept is None or (node in plan.sides and plan.sides[node][0] != kept):
           self.realize[node] = None
           continue
         if node not in plan.sides: plan.sides[node] = (kept, tuple(range(plan.rank, plan.rank + len(node.arg[1]))))
-        stack.append((node.src[0], ShapeTracker.from_shape(node.src[0].shape), _side_region(node, kept)))
-      else: stack.extend((s, view, region) for s in node.src)
+        stack.append((node.src[0], ShapeTracker.from_shape(node.src[0].shape), _side_region(node, kept), False))
+      else: stack.extend((s, view, region, reduced) for s in node.src)
     return plan
+
+  def _recomputed(self, node: UOp, view: ShapeTracker, root: UOp) -> bool:
+    """Would fusing `node` into a reduce's input, seen through `view`, compute each of its elements RECOMPUTE_FACTOR
+    or more times over, when it takes RECOMPUTE_WORK or more ops per element? Then it gets a kernel of its own. (A
+    convolution's input gradient reads the gradient of the layer above once per filter tap and input channel: a
+    BatchNorm backward fused there was computed 144 times per element.) Subgraphs with a reduce stay fused."""
+    if node.op not in GroupOp.Elementwise or prod(view.shape) < RECOMPUTE_FACTOR * node.size: return False
+    work, stack, seen = 0, [node], set()
+    while stack:
+      n = stack.pop()
+      if n in seen or self._stops(n, root): continue
+      seen.add(n)
+      if n.op is Ops.REDUCE_AXIS: return False
+      if n.op in GroupOp.ALU: work += EXPENSIVE_OPS.get(n.op, 1)
+      stack.extend(n.src)
+    return work >= RECOMPUTE_WORK
 
   def _main_reduce(self, root: UOp, start: UOp) -> UOp | None:
     """The first reduce reached from the root through reshapes only (not through another reduce)."""
