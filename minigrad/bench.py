@@ -157,7 +157,7 @@ BENCHMARKS = {"matmul": ("matmul 1024x1024 f32", bench_matmul), "elementwise": (
 def main(argv: list[str] | None = None) -> None:
   parser = argparse.ArgumentParser(prog="python -m minigrad.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(BENCHMARKS)} (default: all)")
-  parser.add_argument("--runs", type=int, default=7, help="timed runs per block, 3 blocks per library (the median is shown; at least 7)")
+  parser.add_argument("--runs", type=int, default=7, help=f"timed runs per block, {ROUNDS} blocks per library (the median is shown; at least 7)")
   args = parser.parse_args(argv)
   if unknown := [n for n in args.names if n not in BENCHMARKS]: parser.error(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
   if args.runs < 7: parser.error(f"--runs must be at least 7, got {args.runs}")
