@@ -164,7 +164,7 @@ class _FunctionWriter:
   def __init__(self, name: str, uops: list[UOp], libmvec_widths: dict[int, str], avx512: bool):
     self.name, self.uops, self.libmvec_widths, self.avx512 = name, interleaved(uops), libmvec_widths, avx512
     self.idioms = simd_idioms(uops)   # single-instruction patterns: floor, max/min selects, x * 2**n
-    self.prefetched = prefetches(uops, threaded_outer_loop=True)   # vector loads -> elements ahead to prefetch
+    self.prefetched = prefetches(uops, LLVMRenderer.threaded_outer_loop)   # vector loads -> elements ahead to prefetch
     self.position = {u: i for i, u in enumerate(uops)}
     self.names: dict[UOp, str] = {}           # uop -> its register or inline constant
     self.slots: dict[UOp, str] = {}           # DEFINE_ACC -> its stack slot
