@@ -116,6 +116,26 @@ def test_padding_output_rows_gates_only_the_loads_that_move_along_them():
   np.testing.assert_allclose(out.reshape(64, 48), a @ b, rtol=1e-5, atol=1e-5)
 
 
+def test_loads_on_padded_output_rows_read_in_bounds_instead_of_branching():
+  # PADTO 6 on 64 rows: a's loads for rows 64, 65 only feed outputs that are never stored, so they read row 0's
+  # element instead of being gated (a select hoisted out of the reduce loop, no branch in it); the stores stay gated
+  a, b = arr(64, 32), arr(32, 48)
+  out, program = run_with(Tensor(a) @ Tensor(b), [Opt("PADTO", 0, 6), Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 6)])
+  np.testing.assert_allclose(out.reshape(64, 48), a @ b, rtol=1e-5, atol=1e-5)
+  a_loads = [u.src[0] for u in program.uops if u.op is Ops.LOAD and u.dtype.count == 1]   # b's are vectors
+  assert a_loads and all(len(index.src) == 2 for index in a_loads)
+  assert any(n.op is Ops.WHERE for index in a_loads for n in index.src[1].toposort)
+  assert any(len(u.src[0].src) == 3 for u in program.uops if u.op is Ops.STORE)
+  # an input with a mask of its own (zero padding along the reduce dim) keeps its gate: its zeros count
+  padded = Tensor(a).pad(((0, 0), (0, 8))) @ Tensor(arr(40, 48))
+  (item,) = padded.schedule()
+  kernel = Kernel(item.ast)
+  kernel.apply_opt(Opt("PADTO", 0, 6))
+  assert not kernel.padding_only
+  out, program = run_with(padded, [Opt("PADTO", 0, 6), Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 6)])
+  np.testing.assert_allclose(out.reshape(64, 48), padded.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_matmul_heuristics_give_a_simd_register_tile():
   a, b = arr(64, 32), arr(32, 512)
   t = Tensor(a) @ Tensor(b)

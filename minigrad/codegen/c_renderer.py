@@ -211,7 +211,10 @@ class CRenderer:
         # short index expressions are inlined wherever used (`data1[gidx0*4+1]` reads well); anything else used
         # more than once gets a variable, so repeated use can never grow the source exponentially
         short_index = u.dtype == dtypes.index and _is_index_math(u) and len(expr) <= 40
-        if (uses.get(u, 0) <= 1 or short_index) and u not in repeated and nesting[u] <= self.max_inline_nesting: names[u] = expr
+        # an index select (a load on padding) gets a variable where it is computed: inlined into a load in an inner
+        # loop, gcc branches on it there
+        index_select = u.op is Ops.WHERE and u.dtype == dtypes.index
+        if (uses.get(u, 0) <= 1 or short_index) and u not in repeated and not index_select and nesting[u] <= self.max_inline_nesting: names[u] = expr
         else:
           nesting[u] = 0
           names[u] = fresh("alu")

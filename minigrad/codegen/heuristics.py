@@ -32,7 +32,6 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
      output's contiguous dim and on every contiguous reduce dim; two rows per outer loop trip when there are many.
 """
 from __future__ import annotations
-import copy
 import functools
 import itertools
 import math
@@ -85,8 +84,7 @@ def _strides(k: Kernel, axis: int) -> list[int | None]: return [index_strides(st
 
 def _trial(k: Kernel, opt: Opt | None) -> Kernel | None:
   """A copy of `k` with `opt` applied (if any), or None if it doesn't apply."""
-  trial = copy.copy(k)
-  trial.sts, trial.axis_kinds, trial.applied_opts = list(k.sts), list(k.axis_kinds), list(k.applied_opts)
+  trial = k.copy()
   try:
     if opt is not None: trial.apply_opt(opt)
   except KernelOptError: return None

@@ -17,6 +17,7 @@ dims are moved last, and neighbouring dims merge when every buffer sees them as 
 1024x1024 elementwise op becomes a single loop of 1048576).
 """
 from __future__ import annotations
+import copy
 from dataclasses import dataclass
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.shapetracker import ShapeTracker, View
@@ -57,6 +58,9 @@ class Kernel:
     if ast.op is not Ops.SINK: raise ValueError(f"a kernel AST must be a SINK, got {ast.op}")
     self.ast, self.has_local = ast, has_local
     self.applied_opts: list[Opt] = []
+    # indices into `sts` whose only mask is PADTO's padding of output dims: what they load there reaches only
+    # padded outputs, which are never stored, so the lowerer may read any in-bounds element instead of gating the load
+    self.padding_only: set[int] = set()
     holders = [n for n in ast.toposort if n.op in VIEW_HOLDERS and any(s.op is Ops.VIEW for s in n.src)]
     self.views: list[UOp] = list(dict.fromkeys(s for n in holders for s in n.src if s.op is Ops.VIEW))
     self.sts: list[ShapeTracker] = [v.arg for v in self.views]
@@ -130,6 +134,13 @@ class Kernel:
 
   def st_of(self, view: UOp) -> ShapeTracker: return self.sts[self.views.index(view)]
 
+  def copy(self) -> Kernel:
+    """A copy whose actions don't change this kernel: its lists, dicts and sets are copied, the immutable values shared."""
+    new = copy.copy(self)
+    for name, value in vars(self).items():
+      if isinstance(value, (list, dict, set)): setattr(new, name, copy.copy(value))
+    return new
+
   # ---- optimization actions ----
   def apply_opt(self, opt: Opt) -> None:
     """Apply one action (see `Opt`), or raise KernelOptError saying why it doesn't fit this kernel."""
@@ -201,8 +212,14 @@ class Kernel:
         raise KernelOptError(f"{opt}: padding a reduce dim is only exact for a sum of ops that keep zeros zero")
     padding = tuple((0, padded - size) if i == opt.axis else (0, 0) for i in range(self.shape_len))
     stored = {n.src[1] for n in self.ast.toposort if n.op is Ops.STORE}
-    self.sts = [st if st.shape[opt.axis] == 1 else (view not in stored and self._broadcast_longer(st, opt.axis, padded)) or st.pad(padding)
-                for view, st in zip(self.views, self.sts)]
+    output_dim = self.axis_kinds[opt.axis] not in ("reduce", "group")
+    for i, (view, st) in enumerate(zip(self.views, self.sts)):
+      if st.shape[opt.axis] == 1 or (view not in stored and (longer := self._broadcast_longer(st, opt.axis, padded))):
+        self.sts[i] = st if st.shape[opt.axis] == 1 else longer
+        continue
+      if output_dim and view not in stored and (i in self.padding_only or all(v.mask is None for v in st.views)): self.padding_only.add(i)
+      else: self.padding_only.discard(i)
+      self.sts[i] = st.pad(padding)
 
   def _broadcast_longer(self, st: ShapeTracker, axis: int, padded: int) -> ShapeTracker | None:
     """A load that reads the same element all along an output dim (stride 0, unmasked) needs no mask where that dim

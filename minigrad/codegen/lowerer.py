@@ -7,12 +7,14 @@ simplified by the symbolic rules.
 """
 from __future__ import annotations
 from typing import Callable
+import functools
 import itertools
+import operator
 from minigrad.dtype import dtypes
 from minigrad.helpers import prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, toposort
 from minigrad.uop.rewrite import graph_rewrite
-from minigrad.uop.symbolic import symbolic
+from minigrad.uop.symbolic import symbolic, split_terms
 from minigrad.codegen.kernel import Kernel
 from minigrad.codegen.vectorize import vectorize
 from minigrad.codegen.dtype_rules import lower_dtypes
@@ -103,6 +105,19 @@ def pick_lane_axes(k: Kernel, regions: dict[UOp | None, list[UOp]]) -> list[int]
   return lanes
 
 
+def index_on_padding(index: UOp, valid: UOp) -> UOp | None:
+  """An ungated index for a load whose mask only hides padded outputs (Kernel.padding_only): `index` where `valid`,
+  elsewhere the index at the start of the padded dims (the loops in `valid` at 0), which is in bounds. The two differ
+  only in the padded dims' terms, so the select stays out of the loops inside them (a matmul's reduce loop) and the
+  load needs no branch. None when the start of the padded dims is itself masked."""
+  at_start = {v: v.const_like(0) for v in valid.toposort if v.op in (Ops.RANGE, Ops.SPECIAL)}
+  if not ((inside := valid.substitute(at_start).simplify()).op is Ops.CONST and inside.arg): return None
+  taken, fallback = split_terms(index.simplify()), split_terms(index.substitute(at_start).simplify())
+  common = [t for t in taken if t in fallback]
+  def total(terms: list[UOp]) -> UOp: return functools.reduce(operator.add, terms, index.const_like(0))
+  return (valid.where(total([t for t in taken if t not in common]), total([t for t in fallback if t not in common])) + total(common)).simplify()
+
+
 def lower(k: Kernel, threaded: bool = False, vector_lanes: bool = True, gpu: bool = False) -> UOp:
   """Lower the kernel: loops for global/reduce dims (with `gpu`, workgroup/thread ids for global/local/group dims);
   upcast/unroll dims are unrolled (one copy of the body per combination of their indices), except the lane dims
@@ -135,7 +150,10 @@ def lower(k: Kernel, threaded: bool = False, vector_lanes: bool = True, gpu: boo
     # differ only there give the same index
     key = (view, tuple(value for value, axis in zip(combo, unrolled) if st.shape[axis] > 1))
     if key not in index_cache:
-      index_cache[key] = st.to_indexed_uops([UOp.const(dtypes.index, 0) if st.shape[i] == 1 else axis_index(i, combo) for i in range(len(st.shape))])
+      index, valid = st.to_indexed_uops([UOp.const(dtypes.index, 0) if st.shape[i] == 1 else axis_index(i, combo) for i in range(len(st.shape))])
+      if k.views.index(view) in k.padding_only and (lane is None or lane not in valid.toposort) and (read := index_on_padding(index, valid)):
+        index, valid = read, UOp.const(dtypes.bool, True)
+      index_cache[key] = (index, valid)
     return index_cache[key]
 
   def unroll_variants(reduce: UOp, combo: tuple[int, ...]) -> list[tuple[int, ...]]:

@@ -8,7 +8,6 @@ Actions are enumerated from `OPT_KINDS` (every kind x loop dim x amount) and `Ke
 ones that don't fit this kernel (KernelOptError), so a new kind of action joins the search by being added there.
 """
 from __future__ import annotations
-import copy
 from minigrad.codegen.kernel import Kernel, KernelOptError, Opt, OPT_KINDS
 from minigrad.helpers import prod
 from minigrad.uop.ops import UOp
@@ -34,14 +33,6 @@ def actions(kernel: Kernel) -> list[Opt]:
   return [Opt(kind, axis, amount) for kind in OPT_KINDS for axis in range(kernel.shape_len) for amount in amounts_for(kind, kernel)]
 
 
-def copy_kernel(kernel: Kernel) -> Kernel:
-  """A copy whose actions don't change `kernel`: its lists and dicts are copied, the immutable values shared."""
-  new = copy.copy(kernel)
-  for name, value in vars(kernel).items():
-    if isinstance(value, (list, dict, set)): setattr(new, name, copy.copy(value))
-  return new
-
-
 def unrolled_size(kernel: Kernel) -> int:
   """How many copies of the loop body the upcast/unroll dims make."""
   return prod(size for size, kind in zip(kernel.full_shape, kernel.axis_kinds) if kind in ("upcast", "unroll"))
@@ -57,7 +48,7 @@ def child_kernels(kernel: Kernel) -> list[Kernel]:
   the body more than MAX_UNROLLED times."""
   children: dict[tuple, Kernel] = {}
   for opt in actions(kernel):
-    child = copy_kernel(kernel)
+    child = kernel.copy()
     try: child.apply_opt(opt)
     except KernelOptError: continue
     if unrolled_size(child) > MAX_UNROLLED: continue

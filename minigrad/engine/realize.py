@@ -52,10 +52,12 @@ class CompiledKernel:
   checked_sizes: set[tuple[int, ...]] = field(default_factory=set)
 
   def check_bounds(self, buffers: list[Buffer]) -> None:
-    """Refuse to launch when an ungated index can leave its buffer (a bug upstream, never a segfault)."""
+    """Refuse to launch when an ungated index can leave its buffer (a bug upstream, never a segfault). A select
+    `valid.where(i, j)` in an index (a load on padding, see lowerer.index_on_padding) gates i: j is checked."""
     for u in self.uops:
       if u.op not in (Ops.LOAD, Ops.STORE) or len(u.src[0].src) != 2: continue
       buf, index = u.src[0].src
+      index = index.substitute({w: w.src[2] for w in index.toposort if w.op is Ops.WHERE})
       if buf.op is not Ops.DEFINE_GLOBAL: continue   # local memory: sized by the kernel itself
       width = (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).count   # a vector access spans `width` elements
       lo, hi, size = index.vmin, index.vmax + width - 1, buffers[buf.arg].size
