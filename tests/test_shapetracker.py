@@ -492,3 +492,13 @@ def test_composition_matches_numpy(case: tuple[tuple[int, ...], list[tuple[str, 
   check_against_numpy(composed, expected, int(np.prod(shape)))
   reshapes = sum(1 for op, _ in first_chain + second_chain if op == "reshape")
   assert len(composed.views) <= reshapes + 1, composed
+
+
+def test_mask_survives_a_flat_position_past_int32():
+  # 2052 x 2048 x 2048 elements of padded view: the later view's flat position passes 2**31, the element's
+  # row (position // 2048**2) doesn't; the row's mask must still be checked (it was dropped: an overflowed sum's
+  # bounds are int32's, and dividing those made the row look < 2048)
+  tracker = ShapeTracker.from_shape((2048, 2048, 2048)).pad(((0, 4), (0, 0), (0, 0))).reshape((342, 6, 2048, 2048))
+  _, valid = tracker.to_indexed_uops()
+  assert valid.evaluate({"idx0": 341, "idx1": 1, "idx2": 0, "idx3": 0}) is True
+  assert valid.evaluate({"idx0": 341, "idx1": 4, "idx2": 0, "idx3": 0}) is False

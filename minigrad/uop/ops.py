@@ -296,7 +296,9 @@ def _compute_bounds(u: UOp) -> tuple[Any, Any]:
     products = [a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi]
     return _clamp(min(products), max(products), lo, hi)
   if u.op is Ops.MAX: return max(a_lo, b_lo), max(a_hi, b_hi)
-  if u.op is Ops.IDIV and b_lo > 0:
+  # a dividend at the dtype's limits may stand for a sum that overflowed (a multi-view ShapeTracker's flat position
+  # can pass 2**31 while the buffer index doesn't): its quotient is unknown too, or a mask check would be dropped
+  if u.op is Ops.IDIV and b_lo > 0 and lo < a_lo and a_hi < hi:
     # C division truncates toward zero; for a positive divisor it is monotonic in the dividend
     return _c_div(a_lo, b_hi if a_lo >= 0 else b_lo), _c_div(a_hi, b_lo if a_hi >= 0 else b_hi)
   if u.op is Ops.MOD and b_lo > 0:
