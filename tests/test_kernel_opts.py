@@ -149,11 +149,18 @@ def test_matmul_heuristics_give_a_simd_register_tile():
 
 
 def test_matmul_tile_fits_odd_shapes():
-  a, b = arr(36, 32), arr(32, 48)   # 36 rows: a 4-row tile; 48 columns: three vectors
+  a, b = arr(36, 32), arr(32, 48)   # 36 rows: a 6-row tile; 48 columns: three vectors
   t = Tensor(a) @ Tensor(b)
   (item,) = t.schedule()
-  assert get_kernel(item.ast, "CPU").kernel.applied_opts[:3] == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 3), Opt("UPCAST", 0, 4)]
+  program = get_kernel(item.ast, "CPU")
+  assert program.kernel.applied_opts[:3] == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 6), Opt("UPCAST", 1, 3)]
+  # 18 accumulators: the statements go row by row, each row's broadcast used by its three vectors in turn
+  updates = [line.split("*")[0].strip() for line in program.source.splitlines() if " = acc" in line][:3]
+  assert updates == [f"acc{i} = acc{i}+((val0-(float_v16){{0}})" for i in range(3)], updates
   np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+  # 20 rows: a 6-row tile would pad them by 20%, so 4 rows it is
+  (item,) = (Tensor(arr(20, 32)) @ Tensor(b)).schedule()
+  assert get_kernel(item.ast, "CPU").kernel.applied_opts[:3] == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 3), Opt("UPCAST", 0, 4)]
 
 
 @pytest.mark.parametrize("transposed", [False, True])
@@ -296,8 +303,9 @@ def test_big_matmul_sweeps_the_rows_under_each_panel():
   t = Tensor(a) @ Tensor(b)
   pack, product = t.schedule()
   opts = get_kernel(product.ast, "CPU").kernel.applied_opts
-  # 4 rows x 4 vectors: one 64-column panel per tile; the 16 panels outermost, all row tiles under each
-  assert opts == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 4), Opt("UPCAST", 0, 4), Opt("SWAP", 0, 1)], opts
+  # 6 rows (512 padded to 516) x 4 vectors: one 64-column panel per tile; the 16 panels outermost, all row tiles
+  # under each
+  assert opts == [Opt("UPCAST", 1, 16), Opt("PADTO", 0, 6), Opt("UPCAST", 0, 6), Opt("UPCAST", 1, 4), Opt("SWAP", 0, 1)], opts
   np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
   narrow = Tensor(arr(512, 1024)) @ Tensor(arr(1024, 256))   # 4 panels: too few to share out, rows stay outermost
   assert Opt("SWAP", 0, 1) not in get_kernel(narrow.schedule()[-1].ast, "CPU").kernel.applied_opts

@@ -9,14 +9,17 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
      reads the new lane dim contiguously or not at all. Padding is fine: a load whose validity changes
      across the lanes becomes a masked vector load. An elementwise kernel that transposes takes its lanes along
      the input's contiguous dim instead, and writes them one by one.
-  2. register tile, in a reduce kernel with lanes: up to 16 accumulators (of 32 registers; 8 or more keep both
+  2. register tile, in a reduce kernel with lanes: up to 24 accumulators (of 32 registers; 8 or more keep both
      FMA units busy through their 4-cycle latency) from more vectors along the lane dim, rows of a dim the
      vector loads don't depend on (a matmul's rows, a convolution's output channels) and another output dim
-     (a convolution's output rows). Of the candidates, the one with the fewest loads per multiply-add in a
-     trip of the reduce loop wins; loads whose indices coincide count once, so a 3x3 window's overlapping
-     input rows are shared between output rows, masked loads (padding) count 3, and loads of an input that
-     stays in cache from one tile to the next count nothing (a convolution's weights: its best tile is 16
-     output channels x 1 row, 16 multiply-adds per input vector, each weight broadcast inside its FMA).
+     (a convolution's output rows). Rows may pad their dim by up to MAX_PAD_WASTE: a 1024-row matmul takes
+     6 rows x 4 vectors on 1026 rows, 10 loads per 24 multiply-adds against 8 per 16 for 4 x 4 (the padded
+     rows' loads read row 0 instead of branching, see Kernel.padding_only). Of the candidates, the one with the
+     fewest loads per multiply-add in a trip of the reduce loop wins; loads whose indices coincide count once,
+     so a 3x3 window's overlapping input rows are shared between output rows, masked loads (padding) count 3,
+     and loads of an input that stays in cache from one tile to the next count nothing (a convolution's
+     weights: its best tile is 16 output channels x 1 row, 16 multiply-adds per input vector, each weight
+     broadcast inside its FMA).
      A tile that would fetch more than MAX_STREAMED_LINES cache lines from L2 per multiply-add is passed over
      for the next best one: a weight gradient dy.T @ x (256x784 over a batch of 128) with 7 vectors x 2 rows
      reads 7 new lines of x per 14 multiply-adds and runs at half the speed of 1 vector x 16 rows, whose 16
@@ -45,8 +48,9 @@ from minigrad.uop.shapetracker import ShapeTracker
 from minigrad.uop.symbolic import split_terms
 
 LANES = tuple(sorted(VECTOR_WIDTHS, reverse=True))
-TILE_ROWS = (1, 2, 4, 8, 16)   # register tile rows tried
-MAX_ACCUMULATORS = 16      # of the 32 vector registers, half hold accumulators
+TILE_ROWS = (1, 2, 4, 6, 8, 16)   # register tile rows tried
+MAX_ACCUMULATORS = 24      # of the 32 vector registers: the rest hold a tile's vector loads and a broadcast
+MAX_PAD_WASTE = 1 / 64     # a tile's rows may pad their dim (PADTO) by up to this fraction
 MAX_UNROLLED_REDUCE = 4    # reduce dims up to this size are unrolled whole
 ROW_UNROLL = 4             # vectors per loop trip in a row reduction: a shorter chain through the accumulator
 MASKED_LOAD_COST = 3       # a padded vector load: its lane mask and the masked load (measured: conv tiles rank right)
@@ -186,14 +190,21 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
     if vectors > 1 and (lane_remainder is None or k.full_shape[lane_remainder] % vectors): continue
     for amounts_of_axes in itertools.product(TILE_ROWS, repeat=len(axes)):
       amounts = {a: n for a, n in zip([lane_remainder] + axes, (vectors,) + amounts_of_axes) if a is not None and n > 1}
-      if prod(amounts.values()) > MAX_ACCUMULATORS or any(k.full_shape[a] % n for a, n in amounts.items()): continue
-      opts = _upcasts(globals_, [(a, amounts[a]) for a in [lane_remainder] + axes if a in amounts], k.full_shape) + unrolls
+      if prod(amounts.values()) > MAX_ACCUMULATORS: continue
+      pads = {a: -(-k.full_shape[a] // n) * n for a, n in amounts.items() if k.full_shape[a] % n}
+      if any(a == lane_remainder or padded > k.full_shape[a] * (1 + MAX_PAD_WASTE) for a, padded in pads.items()): continue
+      # past 16 accumulators the statements go row by row, so one broadcast of a row is live at a time (in the
+      # other order gcc keeps all of them in registers and spills accumulators)
+      order = [lane_remainder] + axes if prod(amounts.values()) <= 16 else axes + [lane_remainder]
+      shape = tuple(pads.get(a, size) for a, size in enumerate(k.full_shape))
+      opts = [Opt("PADTO", a, amounts[a]) for a in pads] + _upcasts(globals_, [(a, amounts[a]) for a in order if a in amounts], shape) + unrolls
       resident = _resident_inputs(k, amounts) if unrolled else frozenset()
       score = _tile_cost_from_strides(k, amounts, unrolled, resident)
-      if score is None:   # an index that isn't affine in a dim before the split: count on the split kernel
+      if score is None or pads:   # an index not affine in a dim before the split, or padding: count on the split kernel
         if (trial := _with_opts(k, opts)) is None: continue
         score = _tile_cost(trial, resident)
-      candidates.append((score, opts))
+      waste = prod(padded / k.full_shape[a] for a, padded in pads.items())
+      candidates.append(((score[0] * waste, score[1]), opts))
   untiled = next((score[0] for score, opts in candidates if len(opts) == len(unrolls)), math.inf)
   bound = min(untiled, 1 - min_reuse) if min_reuse else untiled
   candidates = sorted([c for c in candidates if c[0][0] < bound], key=lambda c: c[0])
