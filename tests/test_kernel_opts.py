@@ -311,6 +311,25 @@ def test_big_matmul_sweeps_the_rows_under_each_panel():
   assert Opt("SWAP", 0, 1) not in get_kernel(narrow.schedule()[-1].ast, "CPU").kernel.applied_opts
 
 
+def test_conv_gradients_run_as_vectorized_contractions():
+  # the MNIST CNN's second conv: d x is a transposed convolution (a forward conv kernel, 16 lanes), d w a sum along
+  # rows widened from 14 to 16 (lanes) with a register tile of output x input channels; neither writes a
+  # (N, C, positions, taps) gradient of the windows first, as autograd through the window view did
+  import torch
+  x, w = Tensor(arr(4, 16, 14, 14), requires_grad=True), Tensor(arr(32, 16, 3, 3), requires_grad=True)
+  dy = arr(4, 32, 14, 14)
+  (x.conv2d(w, padding=1) * Tensor(dy)).sum().backward()
+  kernels = [get_kernel(item.ast, "CPU").kernel for item in x.grad.schedule(w.grad)]
+  reduces = [k for k in kernels if k.reduce_axes]
+  assert len(reduces) == 2
+  assert all(any(o.amount == 16 for o in k.applied_opts) for k in reduces), [k.applied_opts for k in reduces]
+  assert any(sum(o.op == "UPCAST" for o in k.applied_opts) == 2 for k in reduces)   # d w: the channel tile
+  tx, tw = torch.from_numpy(x.numpy()).requires_grad_(), torch.from_numpy(w.numpy()).requires_grad_()
+  (torch.nn.functional.conv2d(tx, tw, padding=1) * torch.from_numpy(dy)).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
 def test_conv_tile_keeps_the_weights_in_cache():
   x, w = arr(2, 16, 16, 16), arr(16, 16, 3, 3)
   t = Tensor(x).conv2d(Tensor(w), padding=1)
