@@ -67,6 +67,26 @@ def test_graph_rewrite_reaches_fixed_point_bottom_up():
   assert graph_rewrite(expr, symbolic) is x
 
 
+def test_remembering_matcher_rewrites_each_node_once(monkeypatch):
+  x, y = var("x", 0, 10), var("y", 0, 10)
+  calls = []
+  def double_to_sum(a):
+    calls.append(a)
+    return a + a
+  plain = PatternMatcher([(UPat.var("a") * 2, double_to_sum)])
+  remembering = plain.remembering()
+  expr = (x * 2) * 2 + y * 2
+  expected = graph_rewrite(expr, plain)
+  calls.clear()
+  assert graph_rewrite(expr, remembering) is expected and len(calls) == 3
+  assert graph_rewrite(expr, remembering) is expected and len(calls) == 3      # remembered: no rule runs again
+  assert graph_rewrite(x * 2 + 1, remembering) is (x + x) + 1 and len(calls) == 3   # x*2 too
+  assert graph_rewrite(expr, remembering, ctx={}) is expected and len(calls) == 6  # a ctx may change rules: no memory
+  monkeypatch.setattr("minigrad.uop.rewrite.MEMORY_LIMIT", 2)
+  assert graph_rewrite(y * 2, remembering) is y + y and len(calls) == 7   # past the limit: starts over
+  assert len(remembering.memory) == 4 and graph_rewrite(expr, remembering) is expected and len(calls) == 10
+
+
 @pytest.mark.parametrize("build, expected", [
   (lambda i, j: (i * 8 + j) // 8, lambda i, j: i),
   (lambda i, j: (i * 8 + j) % 8, lambda i, j: j),

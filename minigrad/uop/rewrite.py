@@ -88,6 +88,7 @@ class PatternMatcher:
   """An ordered list of rules, indexed by op so only candidate rules are tried."""
   def __init__(self, rules: list[Rule]):
     self.rules = rules
+    self.memory: dict[UOp, UOp] | None = None   # see remembering()
     self.by_op: dict[Ops, list[tuple[UPat, Callable[..., UOp | None], bool]]] = {}
     self.any_op: list[tuple[UPat, Callable[..., UOp | None], bool]] = []
     for pat, fn in rules:
@@ -98,6 +99,14 @@ class PatternMatcher:
 
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.rules + other.rules)
 
+  def remembering(self) -> PatternMatcher:
+    """This matcher with a memory of its rewrites (without ctx) that graph_rewrite shares between calls: for rules
+    that depend on nothing but the node, such as the simplifier's. Index expressions repeat their subexpressions
+    from one load to the next, and a kernel's lowering simplifies thousands of them."""
+    remembering = PatternMatcher(self.rules)
+    remembering.memory = {}
+    return remembering
+
   def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
     """The first rule's replacement for `uop`, or None if no rule changes it."""
     for pat, fn, wants_ctx in self.by_op.get(uop.op, []) + self.any_op:
@@ -107,9 +116,13 @@ class PatternMatcher:
     return None
 
 
+MEMORY_LIMIT = 1 << 17   # rewrites a remembering matcher keeps (it holds its nodes alive), then it starts over
+
+
 def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
   """Rewrite sources before their users, and each node until no rule fires (iterative: deep graphs are fine)."""
-  done: dict[UOp, UOp] = {}
+  done: dict[UOp, UOp] = {} if ctx is not None or pm.memory is None else pm.memory
+  if len(done) > MEMORY_LIMIT: done.clear()
   # stack entries: (node, stage, replacement); stage 0 = visit sources, 1 = rebuild and rewrite, 2 = adopt replacement
   stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
   while stack:

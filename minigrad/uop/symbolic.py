@@ -174,4 +174,4 @@ div_mod_rules = PatternMatcher([
    lambda x, c1, c2: x < -(-c2.arg // c1.arg) if c1.arg > 0 else None),
 ])
 
-symbolic = constant_folding + bounds_rules + identities + canonical_order + div_mod_rules
+symbolic = (constant_folding + bounds_rules + identities + canonical_order + div_mod_rules).remembering()
