@@ -330,6 +330,18 @@ def test_conv_gradients_run_as_vectorized_contractions():
   np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
 
 
+def test_pooling_windows_without_lanes_are_unrolled():
+  # max pooling with gradients on the generic path (padding): one kernel computes the window max, the first
+  # maximum and the selection, each a reduce over the 2x2 window; without SIMD lanes those loops are unrolled whole
+  import torch
+  x = arr(2, 3, 6, 6)
+  t = Tensor(x, requires_grad=True).max_pool2d(2, padding=1)
+  kernels = [get_kernel(item.ast, "CPU") for item in t.schedule()]
+  pooled = next(k for k in kernels if k.kernel.reduce_axes)
+  assert "for (long ridx" not in pooled.source and not pooled.kernel.axes_of("reduce"), pooled.source
+  np.testing.assert_allclose(t.numpy(), torch.nn.functional.max_pool2d(torch.from_numpy(x), 2, padding=1).numpy())
+
+
 def test_conv_tile_keeps_the_weights_in_cache():
   x, w = arr(2, 16, 16, 16), arr(16, 16, 3, 3)
   t = Tensor(x).conv2d(Tensor(w), padding=1)
