@@ -438,3 +438,7 @@ def test_max_pool_gradient_goes_to_first_maximum_like_torch():
   x[0, 1, 2, 2] = np.inf
   compare(lambda t: F.max_pool2d(t, 3, stride=2, padding=1), x, torch_fn=lambda t: TF.max_pool2d(t, 3, stride=2, padding=1))
   compare(lambda t: F.max_pool2d(t, 2).relu(), x, torch_fn=lambda t: TF.max_pool2d(t, 2).relu())
+  # windows that tile the input (a reshape; the gradient written in the input's layout), a row and columns left over
+  y = np.maximum(randn(2, 3, 7, 8, seed=37), 0)
+  compare(lambda t: F.max_pool2d(t, (2, 3)) * 2, y, torch_fn=lambda t: TF.max_pool2d(t, (2, 3)) * 2)
+  compare(lambda t: F.max_pool1d(t, 3), y[0], torch_fn=lambda t: TF.max_pool1d(t, 3))
