@@ -57,8 +57,8 @@ class CompiledKernel:
     for u in self.uops:
       if u.op not in (Ops.LOAD, Ops.STORE) or len(u.src[0].src) != 2: continue
       buf, index = u.src[0].src
-      index = index.substitute({w: w.src[2] for w in index.toposort if w.op is Ops.WHERE})
       if buf.op is not Ops.DEFINE_GLOBAL: continue   # local memory: sized by the kernel itself
+      if selects := {w: w.src[2] for w in index.toposort if w.op is Ops.WHERE}: index = index.substitute(selects)
       width = (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).count   # a vector access spans `width` elements
       lo, hi, size = index.vmin, index.vmax + width - 1, buffers[buf.arg].size
       if lo < 0 or hi >= size:

@@ -1,5 +1,6 @@
-"""Convolution and pooling in any number of spatial dims, built from public Tensor ops. Pooling's gradients come
-from autograd; convolution's are written out as convolutions and sums that get fast kernels (see _Convolution).
+"""Convolution and pooling in any number of spatial dims, built from public Tensor ops. Convolution's gradients,
+and those of max pooling whose windows tile the input, are written out so that they get fast kernels (see
+_Convolution and _TiledMaxPool); the other poolings' come from autograd.
 
 Input: Tensors laid out as torch lays them out ((N, C, *spatial) or unbatched (C, *spatial); conv weights
 (C_out, C_in // groups, *kernel), transposed-conv weights (C_in, C_out // groups, *kernel)) and Python
@@ -322,12 +323,11 @@ def max_pool(x: Tensor, dims: int, kernel_size: IntOrPair, stride: IntOrPair | N
   inside the input or the left padding."""
   what = f"max_pool{dims}d"
   kernel, strides, dilations, pads, outs, extras = _pool_geometry(x, dims, kernel_size, stride, padding, dilation, ceil_mode, what)
-  lowest = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
-  win = _pooled_windows(x, dims, kernel, strides, dilations, pads, outs, extras, lowest)
-  kernel_axes = tuple(range(-dims, 0))
-  if not (x.requires_grad and Tensor.grad_enabled): return win.max(kernel_axes)
   if strides == kernel and set(dilations) == {1} and not any(pads) and not any(extras):
     return _TiledMaxPool.apply(x, kernel=kernel, outs=outs)
+  lowest = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
+  win = _pooled_windows(x, dims, kernel, strides, dilations, pads, outs, extras, lowest)
+  if not (x.requires_grad and Tensor.grad_enabled): return win.max(tuple(range(-dims, 0)))
   # With gradients: torch sends each window's gradient to its first maximum (row-major in the window), where a
   # plain max would share it between ties (common after relu). Pick that element with a one-hot mask and sum.
   flat = win.reshape(win.shape[:-dims] + (prod(kernel),))
