@@ -32,7 +32,8 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
   5. row reductions (no lanes on the output): lanes from a contiguous reduce dim, summed across at the end;
      4 vectors per loop trip, so a max (a compare and a blend per vector) isn't waiting on the previous one.
   6. kernels with several reduces (see minigrad.schedule.scheduler.KernelPlan): lanes of one width on the
-     output's contiguous dim and on every contiguous reduce dim; two rows per outer loop trip when there are many.
+     output's contiguous dim and on every contiguous reduce dim (without any, short reduce loops unrolled whole);
+     two rows per outer loop trip when there are many.
 """
 from __future__ import annotations
 import functools
