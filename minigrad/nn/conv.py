@@ -369,8 +369,11 @@ class _TiledMaxPool(Function):
     flat = win.reshape(win.shape[:-dims] + (prod(self.kernel),))
     spread = _first_maximum(flat, self.tensor(self.peak).unsqueeze(-1)).where(grad.unsqueeze(-1), 0).reshape(win.shape)
     order = tuple(range(lead)) + tuple(lead + i // 2 + (i % 2) * dims for i in range(2 * dims))   # back to (..., o0, k0, o1, k1, ...)
-    tiled = spread.permute(order).reshape(x.shape[:lead] + tuple(o * k for o, k in zip(self.outs, self.kernel)))
-    return tiled.pad(((0, 0),) * lead + tuple((0, size - o * k) for size, o, k in zip(x.shape[lead:], self.outs, self.kernel))).contiguous()
+    # stored in the (..., o0, k0, o1, k1, ...) shape, the input's layout: the kernel indexes the windows' values
+    # with those dims, not with divisions of a flat position
+    tiled = spread.permute(order).contiguous().reshape(x.shape[:lead] + tuple(o * k for o, k in zip(self.outs, self.kernel)))
+    leftover = tuple((0, size - o * k) for size, o, k in zip(x.shape[lead:], self.outs, self.kernel))
+    return tiled.pad(((0, 0),) * lead + leftover).contiguous() if any(after for _, after in leftover) else tiled
 
 
 def _window_counts(size: int, kernel: int, stride: int, pad: int, out: int, count_include_pad: bool) -> np.ndarray:
