@@ -228,6 +228,18 @@ def test_threads_split_the_outer_loop(monkeypatch):
   for out in results: np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_fused_softmax_with_every_reduce_loop_unrolled_and_two_rows():
+  # both rows' max and sum reduce over the same (vector) range once every loop is unrolled: each row's sum needs
+  # its own max, so the linearizer may not put the other row's max and sum into one loop (it recursed forever)
+  x = arr(64, 256)
+  opts = [Opt("UNROLL", 1, 16), Opt("UNROLL", 1, 4), Opt("UNROLL", 0, 16), Opt("UNROLL", 0, 4), Opt("UPCAST", 1, 16),
+          Opt("UNROLL", 1, 4), Opt("UNROLL", 0, 4), Opt("UPCAST", 0, 2)]
+  out, program = run_with(Tensor(x).softmax(-1), opts)
+  assert "for (long ridx" not in program.source
+  e = np.exp(x - x.max(1, keepdims=True))
+  np.testing.assert_allclose(out.reshape(64, 256), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
 def test_fused_softmax_is_one_simd_kernel_with_the_row_reduces_hoisted():
   x = arr(64, 256)
   t = Tensor(x).softmax(-1)

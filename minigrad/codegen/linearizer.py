@@ -79,8 +79,11 @@ class _Emitter:
     """Emit `reduce` together with every other pending REDUCE over the same loops that is independent of it:
     one loop nest, one accumulator each (an upcast matmul keeps all its accumulators in one k loop)."""
     loops = reduce.src[1:]
-    group = [reduce] + [r for r in self.reduces if r is not reduce and r.src[1:] == loops and r not in self.emitted
-                        and not self.depends(r, reduce) and not self.depends(reduce, r)]
+    group = [reduce]
+    for r in self.reduces:   # independent of every member, not just of `reduce` (two rows' max and sum: each row's
+      # sum needs its own max, so the other row's max and sum can't join together)
+      if r not in group and r.src[1:] == loops and r not in self.emitted and not any(self.depends(r, g) or self.depends(g, r) for g in group):
+        group.append(r)
     # what the bodies need from outside these loops comes first, so it stays in scope afterwards
     for member in group:
       for node in _body_order(member.src[0]):
