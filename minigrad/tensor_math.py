@@ -504,7 +504,6 @@ def _pow_forward(b: Tensor, e: Tensor) -> Tensor:
   return one.where(1.0, (e_integer & (e.abs() < 2 ** SMALL_POWER_BITS)).where(product, general))
 
 
-
 def _pow_gradient(grad: Tensor, y: Tensor, b: Tensor, e: Tensor) -> tuple[Tensor, Tensor]:
   """torch's: d/db = e * b ** (e - 1) (0 where e = 0); d/de = y * log(b) (0 where b = 0 and e >= 0)."""
   d_base = e.eq(0).where(0.0, e * b.pow(e - 1))

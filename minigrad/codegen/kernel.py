@@ -214,8 +214,9 @@ class Kernel:
     stored = {n.src[1] for n in self.ast.toposort if n.op is Ops.STORE}
     output_dim = self.axis_kinds[opt.axis] not in ("reduce", "group")
     for i, (view, st) in enumerate(zip(self.views, self.sts)):
-      if st.shape[opt.axis] == 1 or (view not in stored and (longer := self._broadcast_longer(st, opt.axis, padded))):
-        self.sts[i] = st if st.shape[opt.axis] == 1 else longer
+      if st.shape[opt.axis] == 1: continue
+      if view not in stored and (longer := self._broadcast_longer(st, opt.axis, padded)) is not None:
+        self.sts[i] = longer
         continue
       if output_dim and view not in stored and (i in self.padding_only or all(v.mask is None for v in st.views)): self.padding_only.add(i)
       else: self.padding_only.discard(i)

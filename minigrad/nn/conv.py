@@ -85,7 +85,12 @@ def sliding_windows(x: Tensor, kernel: Sequence[int], stride: Sequence[int], dil
   lead = x.ndim - dims
   for i in range(dims):
     x = _windows_along(x, lead + 2 * i, kernel[i], stride[i], dilation[i])   # dims become (..., o0, k0, o1, k1, ...)
-  return x.permute(tuple(range(lead)) + tuple(lead + 2 * i for i in range(dims)) + tuple(lead + 2 * i + 1 for i in range(dims)))
+  return x.permute(_outs_then_kernel(lead, dims))
+
+
+def _outs_then_kernel(lead: int, dims: int) -> tuple[int, ...]:
+  """The permutation (..., o0, k0, o1, k1, ...) -> (..., o0, o1, ..., k0, k1, ...): window positions, then taps."""
+  return tuple(range(lead)) + tuple(lead + 2 * i for i in range(dims)) + tuple(lead + 2 * i + 1 for i in range(dims))
 
 
 # ---------------------------------------------------------------- convolution
@@ -360,7 +365,7 @@ class _TiledMaxPool(Function):
     lead, dims = x.ndim - len(self.kernel), len(self.kernel)
     used = x.shrink(tuple((0, size) for size in x.shape[:lead]) + tuple((0, o * k) for o, k in zip(self.outs, self.kernel)))
     split = used.reshape(x.shape[:lead] + tuple(d for o, k in zip(self.outs, self.kernel) for d in (o, k)))
-    return split.permute(tuple(range(lead)) + tuple(lead + 2 * i for i in range(dims)) + tuple(lead + 2 * i + 1 for i in range(dims)))
+    return split.permute(_outs_then_kernel(lead, dims))
 
   def backward(self, grad: Tensor) -> Tensor:
     x, dims = self.tensor(self.x), len(self.kernel)
@@ -368,7 +373,8 @@ class _TiledMaxPool(Function):
     win = self._windows(x)
     flat = win.reshape(win.shape[:-dims] + (prod(self.kernel),))
     spread = _first_maximum(flat, self.tensor(self.peak).unsqueeze(-1)).where(grad.unsqueeze(-1), 0).reshape(win.shape)
-    order = tuple(range(lead)) + tuple(lead + i // 2 + (i % 2) * dims for i in range(2 * dims))   # back to (..., o0, k0, o1, k1, ...)
+    grouped = _outs_then_kernel(lead, dims)
+    order = tuple(sorted(range(len(grouped)), key=grouped.__getitem__))   # its inverse: back to (..., o0, k0, o1, k1, ...)
     # stored in the (..., o0, k0, o1, k1, ...) shape, the input's layout: the kernel indexes the windows' values
     # with those dims, not with divisions of a flat position
     tiled = spread.permute(order).contiguous().reshape(x.shape[:lead] + tuple(o * k for o, k in zip(self.outs, self.kernel)))
