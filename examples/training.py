@@ -101,15 +101,17 @@ def make_train_step(model: Any, optimizer: nn.optim.Optimizer) -> Callable[[Tens
   """`step(images, labels)`: one optimizer step on one batch (cross-entropy loss, train mode), returning the batch's
   loss. TinyJit captures the step's kernels: from the third batch of a shape on, a step only replays them (the
   weights, Adam's moments and BatchNorm's running stats are the carried state it updates)."""
+  state = [t for t in get_state_dict(model).values() if not t.requires_grad]   # BatchNorm's running stats
   @TinyJit
   def train_step(images: Tensor, labels: Tensor) -> Tensor:
     with Tensor.train():
       loss = nn.functional.cross_entropy(model(images), labels)
       optimizer.zero_grad()
       loss.backward()
-      # the loss and the gradients in one schedule, so the forward pass runs once (optimizer.step() realizes only
-      # the updates: reading the loss after it would compute the forward pass a second time)
-      Tensor.realize(loss, *[p.grad for p in optimizer.params if p.grad is not None])
+      # the loss, the gradients and BatchNorm's running-stat updates in one schedule, so the forward pass runs once
+      # (optimizer.step() realizes only the updates: reading the loss after it, or the running stats at the next
+      # step, would compute the forward pass again)
+      Tensor.realize(loss, *[p.grad for p in optimizer.params if p.grad is not None], *state)
       optimizer.step()
     return loss
   return train_step

@@ -342,6 +342,25 @@ def test_conv_gradients_run_as_vectorized_contractions():
   np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
 
 
+def test_conv_on_narrow_rows_computes_whole_vectors():
+  # rows of 14 outputs (the MNIST CNN's conv2) are computed 16 wide on an input copied with its padding, so the
+  # loads need no masks and the kernel gets 16 lanes (it had 2-lane vectors: 5 ms against 0.5 ms); the two extra
+  # outputs per row are dropped by a copy
+  import torch
+  for width, stride in ((14, 1), (5, 1), (14, 2)):
+    x, w = arr(2, 16, 14, width), arr(32, 16, 3, 3)
+    t = Tensor(x).conv2d(Tensor(w), padding=1, stride=stride)
+    kernels = [get_kernel(item.ast, "CPU").kernel for item in t.schedule()]
+    (conv,) = [k for k in kernels if k.reduce_axes]
+    if stride == 1:
+      lanes = {14: 16, 5: 8}[width]
+      assert Opt("UPCAST", 3, lanes) in conv.applied_opts, conv.applied_opts
+      assert len(kernels) == 3   # the padded copy, the conv, the copy without the extra outputs
+    else: assert len(kernels) == 1   # strided rows aren't widened
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1, stride=stride).numpy()
+    np.testing.assert_allclose(t.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_pooling_windows_without_lanes_are_unrolled():
   # max pooling with gradients on the generic path (padding): one kernel computes the window max, the first
   # maximum and the selection, each a reduce over the 2x2 window; without SIMD lanes those loops are unrolled whole

@@ -5,8 +5,8 @@ _Convolution and _TiledMaxPool); the other poolings' come from autograd.
 Input: Tensors laid out as torch lays them out ((N, C, *spatial) or unbatched (C, *spatial); conv weights
 (C_out, C_in // groups, *kernel), transposed-conv weights (C_in, C_out // groups, *kernel)) and Python
 hyper-parameters. Output: lazy Tensors. Kernel windows are zero-copy strided views (pad, then a
-repeat/reshape/shrink trick), reduced with broadcast-multiply-sum, max or sum; only a convolution's weight
-gradient copies its operands (padded) first.
+repeat/reshape/shrink trick), reduced with broadcast-multiply-sum, max or sum. A convolution copies its input
+(padded) first when its rows aren't whole SIMD vectors, and so does its weight gradient (see _lane_width).
 
 A transposed convolution is the convolution of the input with zeros inserted between its elements (stride - 1 of
 them), padded by dilation*(kernel-1) - padding, against the spatially flipped kernel with in/out channels swapped.
@@ -168,19 +168,29 @@ def _grouped_windows(x: Tensor, kernel: tuple[int, ...], strides: tuple[int, ...
 
 class _Convolution(Function):
   """conv without bias, checked arguments. The forward multiplies the kernel windows (a view) by the weights and
-  sums. The gradients are written out rather than left to autograd: d x is a transposed convolution of the output
+  sums; rows of outputs that aren't whole SIMD vectors are computed wider, then cut (the MNIST CNN's conv2, rows of
+  14 computed 16 wide: 5 -> 0.5 ms, where 14 gave the kernel 2-lane vectors). The gradients are written out rather than left to autograd: d x is a transposed convolution of the output
   gradient, so it runs as a forward convolution kernel. Autograd's d x summed the windows' gradient, a
   (N, C_in, *out, *kernel) tensor computed by a kernel without SIMD lanes (its innermost dim is the 3x3 taps) and
   then scattered back: 28 + 10 ms of the MNIST CNN's 107 ms CPU training step. d weight: see _weight_gradient."""
   def forward(self, x: UOp, weight: UOp, strides: tuple[int, ...], dilations: tuple[int, ...],
               pads: tuple[tuple[int, int], ...], groups: int) -> UOp:
     self.x, self.weight, self.geometry = x, weight, (strides, dilations, pads, groups)
-    w = Tensor(weight)
+    w, image = Tensor(weight), Tensor(x)
     c_out, c_group, kernel, dims = w.shape[0], w.shape[1], w.shape[2:], w.ndim - 2
-    win = _grouped_windows(Tensor(x), kernel, strides, dilations, pads, groups)
+    width = (x.shape[-1] + sum(pads[-1]) - dilations[-1] * (kernel[-1] - 1) - 1) // strides[-1] + 1
+    widened = _lane_width(width) if strides[-1] == 1 else width
+    if widened != width:
+      # rows of whole SIMD vectors: the input copied once with its zeros and enough more on the right for
+      # `widened` outputs per row, so the loads need no masks; the extra outputs are dropped after the sum
+      image = image.pad(((0, 0), (0, 0)) + pads[:-1] + ((pads[-1][0], pads[-1][1] + widened - width),)).contiguous()
+      pads = ((0, 0),) * dims
+    win = _grouped_windows(image, kernel, strides, dilations, pads, groups)
     w = w.reshape((1, groups, c_out // groups, c_group) + (1,) * dims + kernel)
-    out = (win * w).sum((3,) + tuple(range(4 + dims, 4 + 2 * dims)))
-    return out.reshape((x.shape[0], c_out) + win.shape[4:4 + dims]).uop
+    out = (win * w).sum((3,) + tuple(range(4 + dims, 4 + 2 * dims))).reshape((x.shape[0], c_out) + win.shape[4:4 + dims])
+    if widened == width: return out.uop
+    # copied without the extra outputs: the layers after it read rows of `width` again, contiguous
+    return out.shrink(tuple((0, s) for s in out.shape[:-1]) + ((0, width),)).contiguous().uop
 
   def backward(self, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
     strides, dilations, pads, groups = self.geometry
@@ -197,6 +207,12 @@ class _Convolution(Function):
     return grad_x, grad_w
 
 
+def _lane_width(width: int) -> int:
+  """The row width a stride-1 convolution computes for rows of `width` outputs: a power of two up to 8, else a
+  multiple of 16 (an AVX-512 register of float32), so that the row runs as whole SIMD vectors."""
+  return next((w for w in (1, 2, 4, 8) if w >= width), -(-width // 16) * 16)
+
+
 def _weight_gradient(x: Tensor, grad: Tensor, weight_shape: tuple[int, ...], strides: tuple[int, ...],
                      dilations: tuple[int, ...], pads: tuple[tuple[int, int], ...], groups: int) -> Tensor:
   """d conv / d weight: per weight, the sum over the batch and the output positions of output gradient x window
@@ -206,7 +222,7 @@ def _weight_gradient(x: Tensor, grad: Tensor, weight_shape: tuple[int, ...], str
   n, c_out, kernel, dims = x.shape[0], weight_shape[0], weight_shape[2:], len(weight_shape) - 2
   width = grad.shape[-1]
   if strides[-1] == 1 and width > 1:
-    widened = next((w for w in (2, 4, 8) if w >= width), -(-width // 16) * 16)
+    widened = _lane_width(width)
     # both copied once with their zeros, so that the loads in the sum need no masks
     grad = grad.pad(((0, 0),) * (grad.ndim - 1) + ((0, widened - width),)).contiguous()
     x = x.pad(((0, 0), (0, 0)) + pads[:-1] + ((pads[-1][0], pads[-1][1] + widened - width),)).contiguous()
