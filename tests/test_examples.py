@@ -23,6 +23,7 @@ sys.path.insert(0, str(EXAMPLES))   # the examples import their shared helpers a
 import mnist_cnn  # noqa: E402
 import mnist_mlp  # noqa: E402
 import training  # noqa: E402
+from minigrad import Tensor  # noqa: E402
 import xor  # noqa: E402
 
 
@@ -102,6 +103,21 @@ def test_cnn_smoke_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
   try: import matplotlib  # noqa: F401
   except ImportError: assert "matplotlib is not installed" in output
   else: assert plot.stat().st_size > 0
+
+
+def test_cnn_train_step_runs_each_kernel_once() -> None:
+  """The captured training step realizes the loss, the gradients and BatchNorm's running stats in one schedule,
+  so no kernel runs twice on the same inputs (realized at the next step, the running stats computed the forward
+  pass up to each BatchNorm a second time)."""
+  from minigrad import nn
+  from minigrad.nn.state import get_parameters
+  model = mnist_cnn.CNN((1, 12, 12))
+  step = training.make_train_step(model, nn.optim.Adam(get_parameters(model), lr=1e-3))
+  rng = np.random.default_rng(0)
+  for _ in range(3): step(Tensor(rng.standard_normal((8, 1, 12, 12), dtype=np.float32)), Tensor(rng.integers(0, 10, 8).astype(np.int32)))
+  (captured,) = step.captured
+  computed = [(kernel.kernel.ast, slots[kernel.outputs:]) for kernel, slots in captured.launches]
+  assert len(computed) == len(set(computed)), [kernel.name for kernel, _ in captured.launches]
 
 
 @pytest.mark.parametrize("script, input_weight, shape", [("mnist_mlp.py", "layers.0.weight", (256, 64)),
