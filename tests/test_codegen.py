@@ -204,6 +204,20 @@ def test_select_idioms_keep_nans_and_signed_zeros():
   np.testing.assert_array_equal(where.numpy(), np.where(x < y, y, x))
 
 
+def test_scalar_max_blends_and_keeps_nans():
+  # a scalar float max that isn't a running max is spelled by max_float / max_double, which blend: gcc branches on
+  # `(a!=a|a>b)?a:b`, and those branches mispredict on data. NaN on either side wins, as in torch.
+  a = np.array([[1, np.nan, 3], [4, 5, -1], [-0.0, 0.0, -7], [np.nan, np.inf, -np.inf]], np.float32)
+  b = np.array([[2, 1, np.nan], [4, -5, np.nan], [0.0, -0.0, 1], [0, np.nan, 2]], np.float32)
+  for dtype in (np.float32, np.float64):
+    for t, ref in [(Tensor(a.astype(dtype)).max(1).relu(), np.maximum(np.max(a, 1), 0)),   # the running max keeps its branch
+                   (Tensor(a.astype(dtype)).maximum(Tensor(b.astype(dtype))), np.maximum(a, b))]:
+      (item,) = t.schedule()
+      source = get_kernel(item.ast, "CPU", []).source   # no opts: scalar code
+      assert f"max_{'float' if dtype == np.float32 else 'double'}(" in source, source
+      np.testing.assert_array_equal(t.numpy(), ref.astype(dtype))
+
+
 def test_floor_and_power_of_two_idioms_match_their_plain_spelling():
   from minigrad.codegen.cpu_patterns import simd_idioms
   from minigrad.dtype import dtypes
