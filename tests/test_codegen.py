@@ -136,6 +136,8 @@ def test_exp_is_all_simd_and_matches_numpy():
    lambda x: (((np.abs(x) * 10).astype(np.int32) + 127) << 23).view(np.float32)),
   ("mask_to_float", lambda t: (t > 0).cast("float32") - (t < -1).cast("float32") * 2, lambda x: (x > 0).astype(np.float32) - (x < -1) * 2.0),
   ("where_int", lambda t: (t > 0).where((t * 4).cast("int32"), -7), lambda x: np.where(x > 0, (x * 4).astype(np.int32), -7)),
+  ("max_int", lambda t: (t * 10).cast("int32").maximum((t * -7).cast("int32")), lambda x: np.maximum((x * 10).astype(np.int32), (x * -7).astype(np.int32))),
+  ("mask_ne_mask", lambda t: ((t > 0) != (t < 2)).cast("int32"), lambda x: ((x > 0) != (x < 2)).astype(np.int32)),
 ])
 def test_int_and_mask_lanes_are_simd(name, fn, ref):
   x = (np.random.default_rng(5).standard_normal(256) * 3).astype(np.float32)

@@ -262,7 +262,7 @@ class CRenderer:
   def vector_typedefs(self, uops: list[UOp]) -> list[str]:
     """A vector type and an unaligned twin (for loads/stores at any element offset) per vector dtype used."""
     used = {u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}
-    used |= {dtypes.bool.vec(d.count) for d in used if d.scalar() == dtypes.float32}   # masks for vector max/where
+    used |= {dtypes.bool.vec(d.count) for d in used if d.scalar() in (dtypes.float32, dtypes.int32, dtypes.uint32)}   # masks for vector max/where
     vector_dtypes = sorted(used, key=lambda d: (d.name, d.count))
     lines = []
     for dt in vector_dtypes:
@@ -356,7 +356,8 @@ class CRenderer:
   def render_vector_select(self, u: UOp, src: list[str]) -> str:
     """where(mask, a, b) on vectors is a bitwise blend; max(a, b) blends on (a is NaN or a > b), like the scalar."""
     mask_type, vec_type = self.type_name(dtypes.bool.vec(u.dtype.count)), self.type_name(u.dtype)
-    mask, a, b = (src[0], src[1], src[2]) if u.op is Ops.WHERE else (f"(({src[0]}!={src[0]})|({src[0]}>{src[1]}))", src[0], src[1])
+    if u.op is Ops.WHERE: mask, a, b = src
+    else: mask, a, b = (f"(({src[0]}!={src[0]})|({src[0]}>{src[1]}))" if dtypes.is_float(u.dtype) else f"({src[0]}>{src[1]})"), src[0], src[1]
     return f"(({vec_type})(((({mask_type}){a})&{mask})|((({mask_type}){b})&~{mask})))"
 
   def render_vector_const(self, value: float | int | bool, dt: DType) -> str:

@@ -18,7 +18,7 @@ from minigrad.uop.symbolic import symbolic, split_terms
 
 VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.RECIP}   # what C vector extensions spell directly
 INT_VECTOR_OPS = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.SHL, Ops.SHR, Ops.AND, Ops.OR, Ops.XOR}
-VECTOR_REDUCES = {Ops.ADD, Ops.MUL, Ops.MAX}                # MAX only on float32 (it blends with a mask)
+VECTOR_REDUCES = {Ops.ADD, Ops.MUL, Ops.MAX}                # MAX only on 4-byte lanes (it blends with a mask)
 MAX_VECTOR_BYTES = 64                                      # an AVX-512 register
 VECTOR_DTYPES = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32)
 LANE32_DTYPES = (dtypes.float32, dtypes.int32, dtypes.uint32)   # 4-byte lanes: the same width as a mask's lanes
@@ -64,8 +64,8 @@ class _Vectorizer:
 
   def vector_op(self, node: UOp) -> bool:
     """Can this op run on whole vectors? Arithmetic and casts on float and int32 vectors, int32 bit ops; on
-    4-byte lanes also compares (giving masks, int32 lanes of -1/0), masks combined with & | ^ and negated,
-    casts from and to masks, bitcasts, trunc, and selects on masks (max, where)."""
+    4-byte lanes also compares (giving masks, int32 lanes of -1/0), masks compared, combined with & | ^ and
+    negated, casts from and to masks, bitcasts, trunc, and selects on masks (max, where)."""
     dtype, width = node.dtype, self.width
     if node.op in VECTOR_OPS and dtypes.is_float(dtype) and vector_ok(dtype, width): return True
     if node.op in INT_VECTOR_OPS and dtype in (dtypes.int32, dtypes.uint32) and vector_ok(dtype, width): return True
@@ -76,17 +76,19 @@ class _Vectorizer:
       if vector_ok(dtype, width) and vector_ok(source, width): return True
       return masks_ok and (source == dtypes.bool and dtype in LANE32_DTYPES or dtype == dtypes.bool and source in LANE32_DTYPES)
     if node.op is Ops.BITCAST: return lanes32 and node.src[0].dtype in LANE32_DTYPES
+    if node.op is Ops.CMPNE and node.src[0].dtype == dtypes.bool: return masks_ok   # masks differ: their XOR (not <: true is -1)
     if node.op in (Ops.CMPLT, Ops.CMPNE): return masks_ok and all(s.dtype in LANE32_DTYPES for s in node.src)
     if node.op in (Ops.AND, Ops.OR, Ops.XOR, Ops.NEG):
       return dtype == dtypes.bool and masks_ok and all(s in self.vector or s not in self.dependent for s in node.src)
-    if node.op in (Ops.MAX, Ops.TRUNC): return dtype == dtypes.float32 and masks_ok
+    if node.op is Ops.MAX: return lanes32   # blends with a mask
+    if node.op is Ops.TRUNC: return dtype == dtypes.float32 and masks_ok
     if node.op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT): return dtype == dtypes.float32 and masks_ok   # SIMD math library
     if node.op is Ops.WHERE: return lanes32 and node.src[0] in self.vector
     return False
 
   def vector_reduce(self, reduce: UOp) -> bool:
     dtype = reduce.src[0].dtype
-    return vector_ok(dtype, self.width) and reduce.arg in VECTOR_REDUCES and (reduce.arg is not Ops.MAX or dtype == dtypes.float32)
+    return vector_ok(dtype, self.width) and reduce.arg in VECTOR_REDUCES and (reduce.arg is not Ops.MAX or dtype in LANE32_DTYPES)
 
   # ---- analysis of per-lane index expressions ----
   def contiguous(self, index: UOp) -> bool:
