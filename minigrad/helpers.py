@@ -20,6 +20,11 @@ def getenv(key: str, default: Any = 0) -> Any:
   return type(default)(value)
 
 
+def cpu_threads() -> int:
+  """How many threads CPU kernels use: $CPU_THREADS, else one per core."""
+  return max(1, getenv("CPU_THREADS", os.cpu_count() or 1))
+
+
 class ContextVar:
   """A flag read from the environment once, that tests and code may change at run time (`DEBUG.value = 4`)."""
   def __init__(self, key: str, default: int):

@@ -228,6 +228,34 @@ def test_threads_split_the_outer_loop(monkeypatch):
   for out in results: np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_short_outer_loop_trades_places_for_the_threads(monkeypatch):
+  # the threads split the outermost loop: 3 trips (a 3x3 weight gradient's taps) or 1 (a batch of one) don't
+  # share out over two threads, so the biggest global dim runs outermost instead; with one thread nothing moves
+  from minigrad.codegen import heuristics
+  import torch
+  x, w = arr(1, 16, 14, 14), arr(32, 16, 3, 3)
+  tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  out = tx.conv2d(tw, padding=1)
+  out.sum().backward()
+  items = out.schedule(tw.grad)
+  opts = {}
+  for threads in (1, 2):
+    monkeypatch.setattr(heuristics, "cpu_threads", lambda threads=threads: threads)
+    kernels = [Kernel(item.ast) for item in items]
+    for kernel in kernels: heuristics.hand_coded_optimizations(kernel)
+    opts[threads] = [k.applied_opts for k in kernels]
+    outer = [k.full_shape[k.axes_of("global")[0]] for k in kernels if k.axes_of("global")]
+    if threads == 2: assert all(trips >= 8 or trips % 2 == 0 for trips in outer), outer
+  moved = [two[-1] for one, two in zip(opts[1], opts[2]) if one != two]
+  assert moved and all(two[:-1] == one for one, two in zip(opts[1], opts[2]) if one != two), opts
+  assert all(opt.op == "SWAP" and opt.axis == 0 for opt in moved), moved
+  tx_, tw_ = torch.from_numpy(x), torch.from_numpy(w).requires_grad_()
+  expected = torch.nn.functional.conv2d(tx_, tw_, padding=1)
+  expected.sum().backward()
+  np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(tw.grad.numpy(), tw_.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
 def test_fused_softmax_with_every_reduce_loop_unrolled_and_two_rows():
   # both rows' max and sum reduce over the same (vector) range once every loop is unrolled: each row's sum needs
   # its own max, so the linearizer may not put the other row's max and sum into one loop (it recursed forever)

@@ -10,10 +10,9 @@ one address in place, so a replay only writes the addresses that differ from the
 """
 from __future__ import annotations
 import ctypes
-import os
 import threading
 from importlib import resources
-from minigrad.helpers import getenv
+from minigrad.helpers import cpu_threads
 
 MAX_LAUNCHES = 4096   # per call into the pool (MAX_LAUNCHES in cpu_pool.c); longer lists are run in pieces
 ENTRY_SUFFIX = "_entry"   # every CPU kernel exports `void <name>_entry(void *const *bufs, int core_start, int core_end)`
@@ -21,11 +20,6 @@ ENTRY_SUFFIX = "_entry"   # every CPU kernel exports `void <name>_entry(void *co
 
 class Launch(ctypes.Structure):
   _fields_ = [("fn", ctypes.c_void_p), ("bufs", ctypes.c_void_p), ("outer", ctypes.c_int32), ("parts", ctypes.c_int32)]
-
-
-def cpu_threads() -> int:
-  """How many threads CPU kernels use: $CPU_THREADS, else one per core."""
-  return max(1, getenv("CPU_THREADS", os.cpu_count() or 1))
 
 
 _library: ctypes.CDLL | None = None

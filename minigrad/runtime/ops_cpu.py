@@ -18,9 +18,9 @@ import tempfile
 import threading
 import time
 import numpy as np
-from minigrad.helpers import DEBUG, cache_dir, cpu_model
+from minigrad.helpers import DEBUG, cache_dir, cpu_model, cpu_threads
 from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source
-from minigrad.runtime.cpu_pool import ENTRY_SUFFIX, LaunchList, cpu_threads
+from minigrad.runtime.cpu_pool import ENTRY_SUFFIX, LaunchList
 
 PARALLEL_MIN_WORK = 1 << 16   # loop iterations below which a second thread costs more than it saves
 PARTS_PER_THREAD = 4          # a split kernel's outer loop is cut into this many parts per thread, taken in turn
