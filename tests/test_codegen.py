@@ -147,6 +147,20 @@ def test_int_and_mask_lanes_are_simd(name, fn, ref):
   np.testing.assert_array_equal(t.numpy(), ref(x))
 
 
+def test_causal_mask_lanes_are_simd():
+  # the causal mask compares the lane's column with the row: one int32 vector compare (column = base + lane), not
+  # 16 compares gathered into a mask; selects on it, and on a row-wide condition, stay vector selects
+  x = np.random.default_rng(6).standard_normal((64, 64)).astype(np.float32)
+  row, column = Tensor.arange(64).reshape(64, 1), Tensor.arange(64).reshape(1, 64)
+  t = (column <= row).where(Tensor(x), -np.inf).softmax(-1)
+  for item in t.schedule():
+    source = get_kernel(item.ast, "CPU").source
+    assert "_v16" in source and "+15)" not in source and "[15]" not in source, source
+  masked = np.where(np.tril(np.ones((64, 64), bool)), x, -np.inf)
+  e = np.exp(masked - masked.max(1, keepdims=True))
+  np.testing.assert_allclose(t.numpy(), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
 def test_big_outputs_use_streaming_stores(monkeypatch):
   monkeypatch.setattr(Device["CPU"].renderer, "streaming_store_bytes", 4096)   # as if 4 KB outputs didn't fit the caches
   monkeypatch.setattr(realize, "compiled_kernels", {})

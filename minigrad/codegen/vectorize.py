@@ -83,7 +83,7 @@ class _Vectorizer:
     if node.op is Ops.MAX: return lanes32   # blends with a mask
     if node.op is Ops.TRUNC: return dtype == dtypes.float32 and masks_ok
     if node.op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT): return dtype == dtypes.float32 and masks_ok   # SIMD math library
-    if node.op is Ops.WHERE: return lanes32 and node.src[0] in self.vector
+    if node.op is Ops.WHERE: return lanes32   # the condition as a mask: a vector, broadcast, or gathered lane by lane
     return False
 
   def vector_reduce(self, reduce: UOp) -> bool:
@@ -103,6 +103,24 @@ class _Vectorizer:
     lanes = [graph_rewrite(x, symbolic) for x in self.lane_values(node)]
     return all(x is lanes[0] for x in lanes)
 
+  def index_vectors(self, nodes: tuple[UOp, ...]) -> tuple[UOp, ...] | None:
+    """Index values compared (a causal mask: column <= row) as int32 vectors, when each is the same in every lane
+    or lane 0's value + the lane, and all fit int32; else None (compared lane by lane)."""
+    if self.width * 4 > MAX_VECTOR_BYTES or nodes[0].dtype != dtypes.index or not any(n in self.dependent for n in nodes): return None
+    vectors = []
+    for node in nodes:
+      if node.vmin < dtypes.min(dtypes.int32) or node.vmax + self.width > dtypes.max(dtypes.int32): return None
+      if node not in self.dependent: vectors.append(self.vector_of_int32(self.scalar[node]))
+      elif self.contiguous(node):
+        steps = UOp(Ops.VECTORIZE, dtypes.int32.vec(self.width), tuple(UOp.const(dtypes.int32, lane) for lane in range(self.width)))
+        vectors.append(UOp(Ops.ADD, steps.dtype, (self.vector_of_int32(self.lane_values(node)[0]), steps)))
+      else: return None
+    return tuple(vectors)
+
+  def vector_of_int32(self, value: UOp) -> UOp:
+    scalar = UOp(Ops.CAST, dtypes.int32, (value,))
+    return UOp(Ops.VECTORIZE, dtypes.int32.vec(self.width), (scalar,) * self.width)
+
   # ---- per node ----
   def visit(self, node: UOp) -> None:
     if node not in self.dependent:
@@ -121,6 +139,9 @@ class _Vectorizer:
     if node.op is Ops.REDUCE:
       self.lanes[node] = [UOp(Ops.REDUCE, node.dtype, (value,) + tuple(self.scalar[s] for s in node.src[1:]), node.arg)
                           for value in self.lane_values(node.src[0])]
+      return
+    if node.op in (Ops.CMPLT, Ops.CMPNE) and (compared := self.index_vectors(node.src)) is not None:
+      self.vector[node] = UOp(node.op, dtypes.bool.vec(self.width), compared)
       return
     if self.vector_op(node) and any(s in self.vector for s in node.src):
       self.vector[node] = UOp(node.op, node.dtype.vec(self.width), tuple(self.vector_of(s) for s in node.src), node.arg)
