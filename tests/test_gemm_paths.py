@@ -60,6 +60,9 @@ def matmul_cases():
   yield "packed, batched rows", Tensor(batch) @ Tensor(shared), batch @ shared
   c = arr(512, 544)   # 544 columns: 32-column panels (17 of them)
   yield "packed, 32-column panels", Tensor(a) @ Tensor(c), a @ c
+  tokens, grads = arr(4, 256, 128), arr(4, 256, 512)   # a weight gradient over a batch's tokens: two reduce dims, read as one
+  yield "packed, reduce over batch and tokens", (Tensor(tokens).reshape(4, 256, 128, 1) * Tensor(grads).reshape(4, 256, 1, 512)).sum((0, 1)), \
+    np.einsum("btm,btn->mn", tokens, grads)
   bias = arr(512)
   yield "packed, bias and relu", ((Tensor(a) @ Tensor(b)) + Tensor(bias)).relu(), np.maximum(a @ b + bias, 0)
   x, y = arr(100, 300), arr(300, 70)

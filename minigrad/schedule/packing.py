@@ -1,7 +1,8 @@
 """Operand packing: give a big matrix product's reused operand a tile-friendly layout first.
 
 Input: the scheduler's ScheduleItems. Output: the same items, where a large matmul-shaped reduce kernel that
-reads a 2-d operand `b` (one reduce dim k, one output dim j) gets a copy kernel before it that writes
+reads a 2-d operand `b` (one output dim j; the reduce dim k, or several that read b as one, as a weight gradient's
+batch and token dims) gets a copy kernel before it that writes
 b[k, j] as panels of W columns: packed[j // W][k][j % W], W the first of PANEL_WIDTHS that divides b's columns.
 The product then reads one contiguous panel per tile of output columns instead of W-wide strips a whole row
 apart: the panel stays in the L2 cache while the kernel sweeps the rows, and one stream is easy to prefetch
@@ -14,6 +15,7 @@ panel.
 """
 from __future__ import annotations
 from minigrad.dtype import dtypes
+from minigrad.helpers import prod
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.shapetracker import ShapeTracker, View
 
@@ -62,27 +64,29 @@ def _packing_plan(item, load: UOp):
   reduce = next(n for n in item.ast.toposort if n.op is Ops.REDUCE_AXIS)
   reduce_axes = set(reduce.arg[1])
   used = [a for a, stride in enumerate(view.strides) if stride != 0]
-  if len(used) != 2: return None
-  k_axis = next((a for a in used if a in reduce_axes), None)
-  j_axis = next((a for a in used if a not in reduce_axes), None)
-  if k_axis is None or j_axis is None: return None
+  k_axes = [a for a in used if a in reduce_axes]   # several when the sum runs over more dims (a batch and its tokens)
+  j_axes = [a for a in used if a not in reduce_axes]
+  if len(j_axes) != 1 or not k_axes or k_axes != list(range(k_axes[0], k_axes[-1] + 1)): return None
+  j_axis = j_axes[0]
+  # the k dims must read b as one dim: each one's stride is the next one's times its size
+  if any(view.strides[a] != view.strides[a + 1] * view.shape[a + 1] for a in k_axes[:-1]): return None
   store = next(n for n in item.ast.toposort if n.op is Ops.STORE)
   out_view = store.src[1].arg.views[-1]
   if len(store.src[1].arg.views) != 1 or out_view.strides[j_axis] != 1: return None   # j must be the output's contiguous dim
-  J, K = view.shape[j_axis], view.shape[k_axis]
-  rows = [a for a, size in enumerate(view.shape) if a not in (j_axis, k_axis) and a not in reduce_axes and size > 1]
+  J, K = view.shape[j_axis], prod(view.shape[a] for a in k_axes)
+  rows = [a for a, size in enumerate(view.shape) if a != j_axis and a not in reduce_axes and size > 1]
   width = next((w for w in PANEL_WIDTHS if J % w == 0), None)
   if width is None or K < MIN_REDUCE or J * K * 4 < MIN_PACKED_BYTES: return None
   if not rows or max(view.shape[a] for a in rows) < MIN_ROWS: return None
-  if any(view.shape[a] > 1 for a in reduce_axes - {k_axis}): return None
-  s_j, s_k = view.strides[j_axis], view.strides[k_axis]
+  if any(view.shape[a] > 1 for a in reduce_axes - set(k_axes)): return None
+  s_j, s_k = view.strides[j_axis], view.strides[k_axes[-1]]
   # the copy: packed[p][k][c] = b[(p * width + c) * s_j + k * s_k + offset]
   panels = View.create((J // width, K, width))
   pack_view = ShapeTracker((View.create(panels.shape, (width * s_j, s_k, s_j), view.offset),))
-  # the product reads packed[j // width][k][j % width] at kernel coordinates (..., j, ..., k, ...)
-  as_jk = ShapeTracker.from_shape(panels.shape).permute((0, 2, 1)).reshape((J, K))
-  if k_axis < j_axis: as_jk = as_jk.permute((1, 0))
-  with_ones = tuple(size if a in (j_axis, k_axis) else 1 for a, size in enumerate(view.shape))
+  # the product reads packed[j // width][k][j % width] at kernel coordinates (..., j, ..., k dims, ...)
+  as_jk = ShapeTracker.from_shape(panels.shape).permute((0, 2, 1)).reshape((J,) + tuple(view.shape[a] for a in k_axes))
+  if k_axes[0] < j_axis: as_jk = as_jk.permute(tuple(range(1, len(k_axes) + 1)) + (0,))
+  with_ones = tuple(size if a == j_axis or a in k_axes else 1 for a, size in enumerate(view.shape))
   packed_view = as_jk.reshape(with_ones).expand(view.shape)
   return load, packed_view, pack_view, panels
 
