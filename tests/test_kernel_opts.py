@@ -234,7 +234,7 @@ def test_short_outer_loop_trades_places_for_the_threads(monkeypatch):
   from minigrad.codegen import heuristics
   import torch
   x, w = arr(1, 16, 14, 14), arr(32, 16, 3, 3)
-  tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+  tx, tw = Tensor(x, requires_grad=True, device="CPU"), Tensor(w, requires_grad=True, device="CPU")
   out = tx.conv2d(tw, padding=1)
   out.sum().backward()
   items = out.schedule(tw.grad)
@@ -356,9 +356,9 @@ def test_conv_gradients_run_as_vectorized_contractions():
   # rows widened from 14 to 16 (lanes) with a register tile of output x input channels; neither writes a
   # (N, C, positions, taps) gradient of the windows first, as autograd through the window view did
   import torch
-  x, w = Tensor(arr(4, 16, 14, 14), requires_grad=True), Tensor(arr(32, 16, 3, 3), requires_grad=True)
+  x, w = Tensor(arr(4, 16, 14, 14), requires_grad=True, device="CPU"), Tensor(arr(32, 16, 3, 3), requires_grad=True, device="CPU")
   dy = arr(4, 32, 14, 14)
-  (x.conv2d(w, padding=1) * Tensor(dy)).sum().backward()
+  (x.conv2d(w, padding=1) * Tensor(dy, device="CPU")).sum().backward()
   kernels = [get_kernel(item.ast, "CPU").kernel for item in x.grad.schedule(w.grad)]
   reduces = [k for k in kernels if k.reduce_axes]
   assert len(reduces) == 2
@@ -377,7 +377,7 @@ def test_conv_on_narrow_rows_computes_whole_vectors():
   import torch
   for width, stride in ((14, 1), (5, 1), (14, 2)):
     x, w = arr(2, 16, 14, width), arr(32, 16, 3, 3)
-    t = Tensor(x).conv2d(Tensor(w), padding=1, stride=stride)
+    t = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=1, stride=stride)
     kernels = [get_kernel(item.ast, "CPU").kernel for item in t.schedule()]
     (conv,) = [k for k in kernels if k.reduce_axes]
     if stride == 1:

@@ -25,6 +25,7 @@ from minigrad.tensor import Tensor
 from minigrad.uop.ops import UOp
 
 IntOrPair = int | Sequence[int]
+LANE_DEVICES = ("CPU", "LLVM")   # their kernels take SIMD lanes along a row: a convolution's rows are widened to whole vectors
 
 
 class ArgumentError(RuntimeError, ValueError):
@@ -168,8 +169,9 @@ def _grouped_windows(x: Tensor, kernel: tuple[int, ...], strides: tuple[int, ...
 
 class _Convolution(Function):
   """conv without bias, checked arguments. The forward multiplies the kernel windows (a view) by the weights and
-  sums; rows of outputs that aren't whole SIMD vectors are computed wider, then cut (the MNIST CNN's conv2, rows of
-  14 computed 16 wide: 5 -> 0.5 ms, where 14 gave the kernel 2-lane vectors). The gradients are written out rather than left to autograd: d x is a transposed convolution of the output
+  sums; rows of outputs that aren't whole SIMD vectors are computed wider, then cut (the MNIST CNN's conv2: rows
+  of 14 computed 16 wide, 5 -> 0.5 ms, where 14 gave the kernel 2-lane vectors).
+  The gradients are written out rather than left to autograd: d x is a transposed convolution of the output
   gradient, so it runs as a forward convolution kernel. Autograd's d x summed the windows' gradient, a
   (N, C_in, *out, *kernel) tensor computed by a kernel without SIMD lanes (its innermost dim is the 3x3 taps) and
   then scattered back: 28 + 10 ms of the MNIST CNN's 107 ms CPU training step. d weight: see _weight_gradient."""
@@ -179,7 +181,7 @@ class _Convolution(Function):
     w, image = Tensor(weight), Tensor(x)
     c_out, c_group, kernel, dims = w.shape[0], w.shape[1], w.shape[2:], w.ndim - 2
     width = (x.shape[-1] + sum(pads[-1]) - dilations[-1] * (kernel[-1] - 1) - 1) // strides[-1] + 1
-    widened = _lane_width(width) if strides[-1] == 1 else width
+    widened = _lane_width(width) if strides[-1] == 1 and x.device in LANE_DEVICES else width
     if widened != width:
       # rows of whole SIMD vectors: the input copied once with its zeros and enough more on the right for
       # `widened` outputs per row, so the loads need no masks; the extra outputs are dropped after the sum
@@ -221,7 +223,7 @@ def _weight_gradient(x: Tensor, grad: Tensor, weight_shape: tuple[int, ...], str
   the kernel gets vector lanes and a register tile (the MNIST CNN's conv2, rows of 14 -> 16: 21 -> 1.2 ms)."""
   n, c_out, kernel, dims = x.shape[0], weight_shape[0], weight_shape[2:], len(weight_shape) - 2
   width = grad.shape[-1]
-  if strides[-1] == 1 and width > 1:
+  if strides[-1] == 1 and width > 1 and x.device in LANE_DEVICES:
     widened = _lane_width(width)
     # both copied once with their zeros, so that the loads in the sum need no masks
     grad = grad.pad(((0, 0),) * (grad.ndim - 1) + ((0, widened - width),)).contiguous()
