@@ -66,7 +66,8 @@ class BatchNorm:
   cumulative average) and num_batches_tracked, as torch does. Eval: normalize with the running stats (or with
   batch stats when track_running_stats=False). The running-stat updates stay lazy until the next call or
   until someone reads them; a pending update is realized before the next one is built, so their graph never
-  grows step after step."""
+  grows step after step. Realized on their own they compute the forward pass up to the BatchNorm again: realize
+  them together with the step's gradients (as examples/training.py does) to run it once."""
   expected_dims: tuple[int, ...] = ()
 
   def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
