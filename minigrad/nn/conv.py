@@ -197,7 +197,7 @@ class _Convolution(Function):
   def backward(self, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
     strides, dilations, pads, groups = self.geometry
     x, weight = self.tensor(self.x), self.tensor(self.weight)
-    kernel, dims = weight.shape[2:], weight.ndim - 2
+    kernel = weight.shape[2:]
     grad_x = grad_w = None
     if self.needs_grad[0]:
       # the rows at the end that no window reached get no gradient: pad the far side by that many more
