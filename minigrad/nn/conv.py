@@ -185,7 +185,7 @@ class _Convolution(Function):
     if widened != width:
       # rows of whole SIMD vectors: the input copied once with its zeros and enough more on the right for
       # `widened` outputs per row, so the loads need no masks; the extra outputs are dropped after the sum
-      image = image.pad(((0, 0), (0, 0)) + pads[:-1] + ((pads[-1][0], pads[-1][1] + widened - width),)).contiguous()
+      image = _padded_wider(image, pads, widened - width)
       pads = ((0, 0),) * dims
     win = _grouped_windows(image, kernel, strides, dilations, pads, groups)
     w = w.reshape((1, groups, c_out // groups, c_group) + (1,) * dims + kernel)
@@ -215,6 +215,12 @@ def _lane_width(width: int) -> int:
   return next((w for w in (1, 2, 4, 8) if w >= width), -(-width // 16) * 16)
 
 
+def _padded_wider(x: Tensor, pads: tuple[tuple[int, int], ...], extra: int) -> Tensor:
+  """x (N, C, *spatial) padded by `pads` and by `extra` more zeros at the end of its last dim, copied once, so the
+  loads of a convolution's sum over it need no masks."""
+  return x.pad(((0, 0), (0, 0)) + pads[:-1] + ((pads[-1][0], pads[-1][1] + extra),)).contiguous()
+
+
 def _weight_gradient(x: Tensor, grad: Tensor, weight_shape: tuple[int, ...], strides: tuple[int, ...],
                      dilations: tuple[int, ...], pads: tuple[tuple[int, int], ...], groups: int) -> Tensor:
   """d conv / d weight: per weight, the sum over the batch and the output positions of output gradient x window
@@ -227,7 +233,7 @@ def _weight_gradient(x: Tensor, grad: Tensor, weight_shape: tuple[int, ...], str
     widened = _lane_width(width)
     # both copied once with their zeros, so that the loads in the sum need no masks
     grad = grad.pad(((0, 0),) * (grad.ndim - 1) + ((0, widened - width),)).contiguous()
-    x = x.pad(((0, 0), (0, 0)) + pads[:-1] + ((pads[-1][0], pads[-1][1] + widened - width),)).contiguous()
+    x = _padded_wider(x, pads, widened - width)
     pads = ((0, 0),) * dims
   # the taps outermost, the channels last: the kernel's register tile takes output x input channels (the output
   # gradient's loads are shared along the input channels, the input's along the output channels)
