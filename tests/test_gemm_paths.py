@@ -55,7 +55,7 @@ def matmul_cases():
   big_t = arr(512, 512)
   batch, shared = arr(2, 64, 512), arr(512, 512)
   yield "packed", Tensor(a) @ Tensor(b), a @ b
-  yield "packed, transposed operand", Tensor(a) @ Tensor(big_t).T, a @ big_t.T
+  yield "transposed operand, few rows (dot products, no copy)", Tensor(a) @ Tensor(big_t).T, a @ big_t.T
   yield "packed, transposed first operand", Tensor(big_t).T[:128] @ Tensor(b), big_t.T[:128] @ b
   yield "packed, batched rows", Tensor(batch) @ Tensor(shared), batch @ shared
   c = arr(512, 544)   # 544 columns: 32-column panels (17 of them)
@@ -74,6 +74,8 @@ def matmul_cases():
   w = arr(256, 784)
   s = arr(128, 784)
   yield "x @ w.T (MLP forward)", Tensor(s) @ Tensor(w).T, s @ w.T
+  tok, lw = arr(2, 256, 128), arr(384, 128)   # a Linear over a batch's tokens: 512 rows reuse the transposed weight
+  yield "packed, x @ w.T over tokens", Tensor(tok) @ Tensor(lw).T, tok @ lw.T
   g, h = arr(128, 784), arr(128, 256)
   yield "x.T @ dy (weight gradient)", Tensor(g).T @ Tensor(h), g.T @ h
   yield "dy.T @ x (nn.Linear's weight gradient)", Tensor(h).T @ Tensor(g), h.T @ g
@@ -91,6 +93,14 @@ def test_packed_panel_is_prefetched_and_row_sums_are_not():
   assert len(pack) == 1 and "__builtin_prefetch" not in pack[0]   # the packing copy, then the product
   assert product.count("__builtin_prefetch(") == 4                # one per vector of the 64-column panel
   assert "__builtin_prefetch" not in "".join(sources(Tensor(arr(64, 1024), device="CPU").sum(1)))
+
+
+def test_transposed_weight_is_packed_only_for_many_rows():
+  # x @ w.T reads w's columns a row apart. Packed, the product gets vector tiles along w's rows (no horizontal sums)
+  w = Tensor(arr(512, 128), device="CPU")
+  *pack, product = sources(Tensor(arr(1024, 128), device="CPU") @ w.T)
+  assert len(pack) == 1 and "= acc0;" in product   # accumulators stored whole, not summed across their lanes first
+  assert len(sources(Tensor(arr(128, 128), device="CPU") @ w.T)) == 1   # few rows: dot products along k, no copy
 
 
 def test_weight_gradient_tile_keeps_its_operands_in_l1():

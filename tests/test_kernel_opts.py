@@ -167,16 +167,17 @@ def test_matmul_tile_fits_odd_shapes():
 def test_big_matmul_reads_a_packed_copy_of_its_columns(transposed):
   from minigrad.schedule.packing import PANEL_WIDTHS
   width = next(w for w in PANEL_WIDTHS if 1024 % w == 0)
-  a, b = arr(64, 256), arr(256, 1024)   # b: 1 MB, reused by 64 rows
-  tb = Tensor(np.ascontiguousarray(b.T)).T if transposed else Tensor(b)
-  t = Tensor(a) @ tb
+  # b: 1 MB, reused by 64 rows; a transposed b (see MIN_ROWS_TRANSPOSED) by 256
+  a, b = arr(256 if transposed else 64, 256), arr(256, 1024)
+  as_tensor = (lambda x: Tensor(np.ascontiguousarray(x.T)).T) if transposed else Tensor
+  t = Tensor(a) @ as_tensor(b)
   pack, product = t.schedule()
   assert pack.bufs[0].arg[1] == b.size and pack.bufs[0] in product.bufs
   program = get_kernel(product.ast, "CPU")
   # one contiguous panel of `width` columns per k: vector loads 16 floats apart, the next k `width` further
   assert f"(ridx0*{width})]" in program.source and f"(ridx0*{width}))+16]" in program.source, program.source
   np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
-  small = Tensor(a) @ Tensor(b[:, :256])   # 256 KB stays in the cache as it is
+  small = Tensor(a[:64]) @ as_tensor(b[:, :256])   # 256 KB stays in the cache as it is
   assert len(small.schedule()) == 1
 
 
