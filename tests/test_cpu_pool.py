@@ -63,6 +63,32 @@ def test_lists_from_several_python_threads_at_once():
   for x, (a, _) in zip(xs, pairs): np.testing.assert_allclose(a.numpy(), x + 200, rtol=1e-5)
 
 
+WHO_RAN = r"""
+#include <pthread.h>
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+void who_ran(long *restrict out, int start, int end) {   /* each iteration: 50 us of work, then the thread's id */
+  for (int i = start; i < end; i++) { double until = now() + 50e-6; while (now() < until) {} out[i] = (long)pthread_self(); }
+}
+void who_ran_entry(void *const *bufs, int start, int end) { who_ran((long *)bufs[0], start, end); }
+"""
+
+
+@pytest.mark.skipif(ops_cpu.cpu_threads() != 2, reason="the shares below are those of two threads")
+def test_each_thread_takes_the_same_share_of_consecutive_launches():
+  # Two launches cut the same way into 8 parts: each thread runs its half (parts 0-3 or 4-7) of both, so a kernel
+  # finds what the one before wrote in its own core's cache. (Parts taken first come, first served alternate
+  # between the threads.) A thread held up by the system leaves its parts to the other one: most runs, not all.
+  program = ops_cpu.CPUProgram("who_ran", ops_cpu.CCompiler().compile(WHO_RAN))
+  first, second = np.zeros(8, np.int64), np.zeros(8, np.int64)
+  launches = LaunchList([(program.entry, [ids.ctypes.data], 8, 8) for ids in (first, second)])
+  halves = 0
+  for _ in range(20):
+    launches.run()
+    halves += bool((first == second).all() and (first[:4] == first[0]).all() and (first[4:] == first[4]).all())
+  assert halves >= 10, f"the threads ran the same halves of both launches in only {halves} of 20 runs"
+
+
 def _in_child(queue) -> None:
   x = np.arange(N, dtype=np.float32)
   queue.put(float(((Tensor(x, device="CPU") + 1) * 2).sum().item()))

@@ -10,14 +10,19 @@
    condition variable. Python calls in through ctypes (minigrad/runtime/cpu_pool.py), which releases the GIL,
    so one call runs a whole captured training step without going back to Python between kernels.
 
-   How parts are handed out: one 64-bit word `state` holds (batch number : 32 bits, launch : 16, next part : 16).
-   A thread claims a part with a compare-and-swap on it, so a thread still busy with an older batch can never
-   take a part of a newer one. The thread that finishes the last part of a launch moves `state` on to the next
-   launch. The launches are copied into memory the pool owns, so a slow thread never reads freed memory. */
+   How parts are handed out: one 64-bit word `state` holds (batch number : 32 bits, launch : 32); the thread that
+   finishes the last part of a launch moves it on to the next launch. Each part of the batch has a claim flag, set
+   with a compare-and-swap by the thread that runs it. Thread t first takes the parts of its own share of each
+   launch's outer loop ([t/T, (t+1)/T) of it, in order), then what is left of the other shares, from their ends.
+   Consecutive kernels that cut the same data the same way so find their inputs in the cache of the core that
+   wrote them, and a slow thread's parts are still taken by the others. A new batch starts only once every thread
+   has left the last one (`active`), so nobody reads the launches and flags while they are rewritten. The
+   launches are copied into memory the pool owns: the caller's list may be freed once the call returns. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -49,6 +54,10 @@ static _Atomic int32_t launch_count;
 static _Atomic uint64_t state;
 static _Atomic int64_t finished;          /* parts finished in this batch */
 static _Atomic uint32_t batch;            /* the batch number workers wake up for */
+static _Atomic int active;                /* threads inside work_on */
+static _Atomic unsigned char *claimed;    /* claimed[part_ends[i - 1] + j]: part j of launch i is taken */
+static int64_t claim_slots;
+static _Thread_local int thread_id;       /* 0: the caller; workers 1..threads-1 */
 static _Atomic int sleepers;
 static int started, wanted;
 static pthread_t threads[MAX_WORKERS];
@@ -56,32 +65,49 @@ static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake_up = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;   /* one batch at a time */
 
-#define STATE(b, l, p) (((uint64_t)(b) << 32) | ((uint64_t)(l) << 16) | (uint64_t)(p))
+#define STATE(b, l) (((uint64_t)(b) << 32) | (uint64_t)(l))
 #define STATE_BATCH(s) ((uint32_t)((s) >> 32))
-#define STATE_LAUNCH(s) ((int32_t)(((s) >> 16) & 0xffff))
-#define STATE_PART(s) ((int32_t)((s) & 0xffff))
+#define STATE_LAUNCH(s) ((int32_t)((s) & 0x7fffffff))
+#define CLOSED 0x7fffffff   /* the launch number of a batch whose launches are being copied in */
 
-/* Take and run parts of batch `b` until all its launches are done (or a newer batch started). */
+static int take(int64_t slot) {
+  unsigned char free_ = 0;
+  return atomic_load_explicit(&claimed[slot], memory_order_relaxed) == 0 && atomic_compare_exchange_strong(&claimed[slot], &free_, 1);
+}
+
+/* The next part of launch i this thread should run (see the top of the file), or -1 when all are taken. */
+static int32_t claim_part(int32_t i, int32_t t, int32_t threads) {
+  int64_t first = i ? part_ends[i - 1] : 0;
+  int32_t parts = launches[i].parts;
+  for (int32_t k = 0; k < threads; k++) {
+    int32_t u = (t + k) % threads, start = (int32_t)((int64_t)parts * u / threads), end = (int32_t)((int64_t)parts * (u + 1) / threads);
+    if (k == 0) { for (int32_t j = start; j < end; j++) if (take(first + j)) return j; }
+    else for (int32_t j = end - 1; j >= start; j--) if (take(first + j)) return j;
+  }
+  return -1;
+}
+
+/* Take and run parts of batch `b` until all its launches are done. */
 static void work_on(uint32_t b) {
-  int32_t n = atomic_load(&launch_count);
+  atomic_fetch_add(&active, 1);   /* before reading `state`: a new batch waits for this thread to leave */
+  int32_t n = atomic_load(&launch_count), threads = wanted + 1, t = thread_id < threads ? thread_id : 0;
   unsigned waited = 0;
   for (;;) {
     uint64_t s = atomic_load(&state);
-    if (STATE_BATCH(s) != b) return;
-    int32_t i = STATE_LAUNCH(s), part = STATE_PART(s);
-    if (i >= n) return;
-    int32_t parts = __atomic_load_n(&launches[i].parts, __ATOMIC_RELAXED);
-    if (part >= parts) {   /* every part of launch i is taken: wait for the others to finish theirs */
+    int32_t i = STATE_LAUNCH(s);
+    if (STATE_BATCH(s) != b || i >= n) break;
+    int32_t part = claim_part(i, t, threads);
+    if (part < 0) {   /* every part of launch i is taken: wait for the others to finish theirs */
       cpu_relax();
       if (++waited % YIELD_EVERY == 0) sched_yield();
       continue;
     }
-    if (!atomic_compare_exchange_weak(&state, &s, s + 1)) continue;
     const mg_launch *l = &launches[i];
-    int32_t start = (int32_t)((int64_t)l->outer * part / parts), end = (int32_t)((int64_t)l->outer * (part + 1) / parts);
+    int32_t start = (int32_t)((int64_t)l->outer * part / l->parts), end = (int32_t)((int64_t)l->outer * (part + 1) / l->parts);
     l->fn(l->bufs, start, end);
-    if (atomic_fetch_add(&finished, 1) + 1 == part_ends[i]) atomic_store(&state, STATE(b, i + 1, 0));
+    if (atomic_fetch_add(&finished, 1) + 1 == part_ends[i]) atomic_store(&state, STATE(b, i + 1));
   }
+  atomic_fetch_sub(&active, 1);
 }
 
 static int64_t now_ns(void) {
@@ -90,8 +116,8 @@ static int64_t now_ns(void) {
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static void *worker(void *unused) {
-  (void)unused;
+static void *worker(void *id) {
+  thread_id = (int)(intptr_t)id;
   uint32_t seen = atomic_load(&batch);
   for (;;) {
     uint32_t b;
@@ -120,6 +146,7 @@ static void forget_threads_after_fork(void) {
   pthread_cond_init(&wake_up, NULL);
   pthread_mutex_init(&run_lock, NULL);
   atomic_store(&sleepers, 0);
+  atomic_store(&active, 0);
 }
 
 /* Use `threads` threads (the caller and threads - 1 workers). Returns the number of threads available. */
@@ -134,7 +161,7 @@ int mg_pool_threads(int threads) {
 
 static void start_workers(void) {
   while (started < wanted) {
-    if (pthread_create(&threads[started], NULL, worker, NULL) != 0) { wanted = started; break; }
+    if (pthread_create(&threads[started], NULL, worker, (void *)(intptr_t)(started + 1)) != 0) { wanted = started; break; }
     pthread_detach(threads[started]);
     started++;
   }
@@ -153,8 +180,20 @@ int mg_pool_run(const mg_launch *list, int n) {
   if (!split || wanted == 0 || pthread_mutex_trylock(&run_lock) != 0) { run_alone(list, n); return 0; }
   start_workers();
   uint32_t b = atomic_load(&batch) + 1;
-  atomic_store(&state, STATE(b, 0xffff, 0));   /* closed while the launches are copied in */
+  atomic_store(&state, STATE(b, CLOSED));   /* workers still in the last batch leave it; none can enter this one */
+  for (unsigned waited = 1; atomic_load(&active) > 0; waited++) {
+    cpu_relax();
+    if (waited % YIELD_EVERY == 0) sched_yield();
+  }
   int64_t total = 0;
+  for (int i = 0; i < n; i++) total += list[i].parts < 1 ? 1 : list[i].parts > 0xffff ? 0xffff : list[i].parts;
+  if (total > claim_slots) {
+    _Atomic unsigned char *grown = malloc((size_t)total);
+    if (grown == NULL) { pthread_mutex_unlock(&run_lock); run_alone(list, n); return 0; }
+    free((void *)claimed);
+    claimed = grown, claim_slots = total;
+  }
+  total = 0;
   for (int i = 0; i < n; i++) {
     launches[i] = list[i];
     if (launches[i].parts < 1) launches[i].parts = 1;
@@ -162,9 +201,10 @@ int mg_pool_run(const mg_launch *list, int n) {
     total += launches[i].parts;
     part_ends[i] = (int32_t)total;
   }
+  for (int64_t j = 0; j < total; j++) atomic_store_explicit(&claimed[j], 0, memory_order_relaxed);
   atomic_store(&launch_count, n);
   atomic_store(&finished, 0);
-  atomic_store(&state, STATE(b, 0, 0));
+  atomic_store(&state, STATE(b, 0));
   atomic_store(&batch, b);
   if (atomic_load(&sleepers) > 0) {
     pthread_mutex_lock(&sleep_lock);
