@@ -251,3 +251,36 @@ def test_floor_and_power_of_two_idioms_match_their_plain_spelling():
   integral, fractional = scaled(UOp(Ops.TRUNC, vec, (n,))), scaled(n)
   idioms = simd_idioms([integral, fractional])
   assert idioms.get(integral, ("",))[0] == "scalef_v16" and fractional not in idioms
+
+
+def reduce_loops(t: Tensor) -> int:
+  return sum(u.op is Ops.RANGE and u.arg[1] == "reduce" for item in t.schedule() for u in get_kernel(item.ast, item.device).uops)
+
+
+@pytest.mark.parametrize("name", ["embedding", "gather", "getitem"])
+def test_one_hot_picks_are_loads_not_loops(name):
+  # sum_r (i == r) * x[r] is x[i]: one gated load per output, no loop over the table's rows
+  from minigrad import nn
+  rng = np.random.default_rng(0)
+  table, idx = rng.standard_normal((300, 48)).astype(np.float32), rng.integers(0, 300, (4, 37)).astype(np.int32)
+  if name == "embedding":
+    emb = nn.Embedding(300, 48)
+    emb.weight.assign(Tensor(table))
+    t, expected = emb(Tensor(idx)), table[idx]
+  elif name == "gather":
+    cols = np.tile(idx[:1, :16].T % 48, (1, 48))   # (16, 48): out[i][j] = table[cols[i][j]][j]
+    t, expected = Tensor(table).gather(0, Tensor(cols)), np.take_along_axis(table, cols, 0)
+  else:
+    t, expected = Tensor(table)[Tensor(idx[0])] * 2, table[idx[0]] * 2
+  assert reduce_loops(t) == 0
+  np.testing.assert_allclose(t.numpy(), expected, rtol=1e-6)
+
+
+def test_one_hot_pick_out_of_range_reads_zero():
+  # indices outside the arange select nothing: 0, and the gated load reads nothing out of bounds
+  x = np.arange(1, 61, dtype=np.float32).reshape(6, 10)
+  idx = np.array([-1, 0, 5, 6, 1 << 30, -(1 << 30)], dtype=np.int32)
+  t = (Tensor(idx).reshape(6, 1, 1).eq(Tensor.arange(6).reshape(1, 6, 1)).where(Tensor(x).reshape(1, 6, 10), 0)).sum(1)
+  assert reduce_loops(t) == 0
+  expected = np.array([x[i] if 0 <= i < 6 else np.zeros(10, np.float32) for i in idx])
+  np.testing.assert_array_equal(t.numpy(), expected)

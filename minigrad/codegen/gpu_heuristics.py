@@ -2,13 +2,14 @@
 
 Input: a fresh `Kernel` for a device with local memory. Output: the same kernel with LOCAL/GROUP actions applied.
   - a reduction with little output to spread over threads (a full sum, a few rows) is GROUPed: the threads of a
-    workgroup each sum a strided part and combine their partial sums in local memory;
+    workgroup each sum a strided part and combine their partial sums in local memory (not a one-hot pick, which
+    the lowerer makes a single load);
   - the innermost global dims get LOCAL threads (up to 16 each, 256 in all), so a workgroup covers a tile.
 """
 from __future__ import annotations
 from minigrad.helpers import prod
 from minigrad.uop.ops import Ops
-from minigrad.codegen.kernel import Kernel, Opt
+from minigrad.codegen.kernel import Kernel, Opt, one_hot_pick
 
 GROUP_SIZES = (256, 128, 64, 32, 16, 8, 4, 2)
 LOCAL_SIZES = (16, 8, 4, 2)
@@ -19,8 +20,9 @@ SMALL_OUTPUT = 2048   # below this many outputs a reduction is spread over workg
 def gpu_optimizations(k: Kernel) -> None:
   if not k.full_shape: return
   reduces = k.axes_of("reduce")
-  single_reduce = sum(1 for n in k.ast.toposort if n.op is Ops.REDUCE_AXIS) == 1
-  if reduces and single_reduce and prod(k.global_dims) <= SMALL_OUTPUT:
+  reduce_nodes = [n for n in k.ast.toposort if n.op is Ops.REDUCE_AXIS]
+  # a one-hot pick (an embedding, a gather) is one load once lowered: nothing to share out
+  if reduces and len(reduce_nodes) == 1 and one_hot_pick(reduce_nodes[0]) is None and prod(k.global_dims) <= SMALL_OUTPUT:
     size = k.full_shape[reduces[-1]]
     amount = next((g for g in GROUP_SIZES if size % g == 0 and size // g >= 4), None)
     if amount is not None: k.apply_opt(Opt("GROUP", len(reduces) - 1, amount))

@@ -15,7 +15,7 @@ from minigrad.helpers import prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, toposort
 from minigrad.uop.rewrite import graph_rewrite
 from minigrad.uop.symbolic import symbolic, split_terms
-from minigrad.codegen.kernel import Kernel
+from minigrad.codegen.kernel import Kernel, one_hot_pick
 from minigrad.codegen.vectorize import vectorize
 from minigrad.codegen.dtype_rules import lower_dtypes
 
@@ -204,6 +204,7 @@ class _NodeLowering:
       value = UOp.const(node.dtype, node.arg) if node.op is Ops.CONST else index.cast(node.dtype)
       return value if valid.op is Ops.CONST and valid.arg else valid.where(value, value.const_like(0))
     if node.op is Ops.REDUCE_AXIS:
+      if (picked := self._one_hot_pick(node, combo)) is not None: return picked
       op, loops = node.arg[0], self.reduce_loops[node]
       values = [src(0, variant) for variant in self.unroll_variants(node, combo)]
       combined = values[0]
@@ -212,6 +213,22 @@ class _NodeLowering:
       return self._group_reduce(partial, op) if self.group_axes else partial
     if node.op in GroupOp.Elementwise: return node.replace(src=tuple(src(i) for i in range(len(node.src))))
     raise RuntimeError(f"lowerer doesn't know {node.op}")
+
+  def _one_hot_pick(self, node: UOp, combo: tuple[int, ...]) -> UOp | None:
+    """A sum over r of (a == r) * x(r) (kernel.one_hot_pick), `a` the same for every r: that is x(a) where
+    0 <= a < R, else 0. Lowered as such, the loop over r goes away and x's loads read where `a` points, gated by its
+    range. None for other reduces, or when r is not one whole loop (unrolled, grouped, split into lanes)."""
+    loops = self.reduce_loops[node]
+    if (parts := one_hot_pick(node)) is None or len(loops) != 1 or loops[0].arg[1] != "reduce" or self.unroll_variants(node, combo) != [combo]: return None
+    (a_node, arange, x), r = parts, loops[0]
+    a, position = self.built[(a_node, combo)], self.built[(arange, combo)]
+    if (position.src[0] if position.op is Ops.CAST else position) is not r or r.src[0].op is not Ops.CONST or r.src[0].arg != 0 or r in a.toposort: return None
+    at = a.cast(dtypes.index)
+    valid = (at >= 0) & (at < r.src[1])
+    reads = {u: UOp(Ops.INDEX, u.dtype, (u.src[0], u.src[1].substitute({r: at}), (u.src[2].substitute({r: at}) & valid) if len(u.src) > 2 else valid))
+             for u in self.built[(x, combo)].toposort if u.op is Ops.INDEX and r in u.src[1].toposort}
+    picked = self.built[(x, combo)].substitute(reads).substitute({r: at})
+    return (picked if picked.op is Ops.LOAD else valid.where(picked, picked.const_like(0))).cast(node.dtype)   # a gated load reads 0
 
   def _thread_position(self, index_of: dict[int, UOp]) -> UOp:
     position = UOp.const(dtypes.index, 0)
