@@ -276,6 +276,16 @@ def test_one_hot_picks_are_loads_not_loops(name):
   np.testing.assert_allclose(t.numpy(), expected, rtol=1e-6)
 
 
+def test_big_embedding_is_one_kernel():
+  # a 2 MB table read by 256 tokens: no packed copy of it first (the operand packing would copy all of it)
+  from minigrad import nn
+  emb = nn.Embedding(4096, 128)
+  idx = np.random.default_rng(1).integers(0, 4096, (4, 64)).astype(np.int32)
+  t = emb(Tensor(idx))
+  assert len(t.schedule()) == 1 and reduce_loops(t) == 0
+  np.testing.assert_array_equal(t.numpy(), emb.weight.numpy()[idx])
+
+
 def test_one_hot_pick_out_of_range_reads_zero():
   # indices outside the arange select nothing: 0, and the gated load reads nothing out of bounds
   x = np.arange(1, 61, dtype=np.float32).reshape(6, 10)

@@ -8,8 +8,8 @@ Input: a fresh `Kernel` for a device with local memory. Output: the same kernel 
 """
 from __future__ import annotations
 from minigrad.helpers import prod
-from minigrad.uop.ops import Ops
-from minigrad.codegen.kernel import Kernel, Opt, one_hot_pick
+from minigrad.uop.ops import Ops, one_hot_pick
+from minigrad.codegen.kernel import Kernel, Opt
 
 GROUP_SIZES = (256, 128, 64, 32, 16, 8, 4, 2)
 LOCAL_SIZES = (16, 8, 4, 2)

@@ -19,7 +19,6 @@ dims are moved last, and neighbouring dims merge when every buffer sees them as 
 from __future__ import annotations
 import copy
 from dataclasses import dataclass
-from minigrad.dtype import dtypes
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.shapetracker import ShapeTracker, View
 
@@ -30,24 +29,6 @@ KIND_ORDER = ("global", "local", "group", "reduce")   # the loop dims, in this o
 # the padded leaves (which load/give 0 outside their mask) and the sum
 ZERO_PRESERVING = {Ops.ADD, Ops.MUL, Ops.NEG, Ops.MAX, Ops.WHERE, Ops.CAST, Ops.CMPLT, Ops.CMPNE, Ops.AND, Ops.OR,
                    Ops.XOR, Ops.LOAD, Ops.CONST, Ops.VALID, Ops.ARANGE, Ops.VIEW, Ops.DEFINE_GLOBAL}
-
-
-def one_hot_pick(reduce: UOp) -> tuple[UOp, UOp, UOp] | None:
-  """(a, arange, x) when `reduce` sums (a == arange) * x or where(a == arange, x, 0): a one-hot against an arange
-  (an embedding, a gather, indexing by a tensor) that picks one x. The lowerer reads that x directly when the
-  arange runs along the reduce loop (see lowerer._NodeLowering._one_hot_pick); the heuristics leave its loop whole."""
-  if reduce.op is not Ops.REDUCE_AXIS or reduce.arg[0] is not Ops.ADD: return None
-  value = reduce.src[0]
-  if value.op is Ops.MUL: pairs = [value.src, value.src[::-1]]
-  elif value.op is Ops.WHERE and value.src[2].op is Ops.CONST and value.src[2].arg == 0: pairs = [value.src[:2]]
-  else: return None
-  for hot, x in pairs:
-    while hot.op is Ops.CAST: hot = hot.src[0]
-    # a == b is written not(a != b)
-    if not (hot.op is Ops.CMPNE and hot.src[1].op is Ops.CONST and hot.src[1].arg is True and hot.src[0].op is Ops.CMPNE): continue
-    for a, arange in (hot.src[0].src, hot.src[0].src[::-1]):
-      if arange.op is Ops.ARANGE and dtypes.is_int(a.dtype): return a, arange, x
-  return None
 
 
 @dataclass(frozen=True)

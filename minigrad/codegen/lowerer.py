@@ -12,10 +12,10 @@ import itertools
 import operator
 from minigrad.dtype import dtypes
 from minigrad.helpers import prod
-from minigrad.uop.ops import UOp, Ops, GroupOp, toposort
+from minigrad.uop.ops import UOp, Ops, GroupOp, one_hot_pick, toposort
 from minigrad.uop.rewrite import graph_rewrite
 from minigrad.uop.symbolic import symbolic, split_terms
-from minigrad.codegen.kernel import Kernel, one_hot_pick
+from minigrad.codegen.kernel import Kernel
 from minigrad.codegen.vectorize import vectorize
 from minigrad.codegen.dtype_rules import lower_dtypes
 
@@ -215,7 +215,7 @@ class _NodeLowering:
     raise RuntimeError(f"lowerer doesn't know {node.op}")
 
   def _one_hot_pick(self, node: UOp, combo: tuple[int, ...]) -> UOp | None:
-    """A sum over r of (a == r) * x(r) (kernel.one_hot_pick), `a` the same for every r: that is x(a) where
+    """A sum over r of (a == r) * x(r) (uop.ops.one_hot_pick), `a` the same for every r: that is x(a) where
     0 <= a < R, else 0. Lowered as such, the loop over r goes away and x's loads read where `a` points, gated by its
     range. None for other reduces, or when r is not one whole loop (unrolled, grouped, split into lanes)."""
     loops = self.reduce_loops[node]

@@ -21,7 +21,7 @@ panel.
 from __future__ import annotations
 from minigrad.dtype import dtypes
 from minigrad.helpers import prod
-from minigrad.uop.ops import UOp, Ops
+from minigrad.uop.ops import UOp, Ops, one_hot_pick
 from minigrad.uop.shapetracker import ShapeTracker, View
 
 PANEL_WIDTHS = (64, 32)       # output columns per register tile: four (or two) AVX-512 vectors of float32
@@ -56,7 +56,8 @@ def pack_operands(items: list, make_item) -> list:
 
 def _reduce_loads(ast: UOp) -> list[UOp]:
   reduces = [n for n in ast.toposort if n.op is Ops.REDUCE_AXIS]
-  if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD: return []
+  # a one-hot pick reads one row of its table per output (see one_hot_pick): no reuse to pack for
+  if len(reduces) != 1 or reduces[0].arg[0] is not Ops.ADD or one_hot_pick(reduces[0]) is not None: return []
   return [n for n in reduces[0].src[0].toposort if n.op is Ops.LOAD]
 
 

@@ -340,6 +340,25 @@ def toposort(roots: list[UOp], enter: Callable[[UOp], bool] = lambda node: True)
   return order
 
 
+def one_hot_pick(reduce: UOp) -> tuple[UOp, UOp, UOp] | None:
+  """(a, arange, x) when `reduce` sums (a == arange) * x or where(a == arange, x, 0): a one-hot against an arange
+  (an embedding, a gather, indexing by a tensor) that picks one x. The lowerer reads that x directly when the
+  arange runs along the reduce loop (codegen.lowerer); the heuristics leave that loop whole and the operand
+  packing leaves x as it is."""
+  if reduce.op is not Ops.REDUCE_AXIS or reduce.arg[0] is not Ops.ADD: return None
+  value = reduce.src[0]
+  if value.op is Ops.MUL: pairs = [value.src, value.src[::-1]]
+  elif value.op is Ops.WHERE and value.src[2].op is Ops.CONST and value.src[2].arg == 0: pairs = [value.src[:2]]
+  else: return None
+  for hot, x in pairs:
+    while hot.op is Ops.CAST: hot = hot.src[0]
+    # a == b is written not(a != b)
+    if not (hot.op is Ops.CMPNE and hot.src[1].op is Ops.CONST and hot.src[1].arg is True and hot.src[0].op is Ops.CMPNE): continue
+    for a, arange in (hot.src[0].src, hot.src[0].src[::-1]):
+      if arange.op is Ops.ARANGE and dtypes.is_int(a.dtype): return a, arange, x
+  return None
+
+
 def pretty(root: UOp, max_nodes: int = 200) -> str:
   """A readable listing of a graph: one line per node, sources referred to by number."""
   nodes = root.toposort
