@@ -74,7 +74,7 @@ def matmul_cases():
   w = arr(256, 784)
   s = arr(128, 784)
   yield "x @ w.T (MLP forward)", Tensor(s) @ Tensor(w).T, s @ w.T
-  tok, lw = arr(2, 256, 128), arr(384, 128)   # a Linear over a batch's tokens: 512 rows reuse the transposed weight
+  tok, lw = arr(8, 64, 128), arr(384, 128)   # a Linear over a batch's tokens: 8 x 64 rows reuse the transposed weight
   yield "packed, x @ w.T over tokens", Tensor(tok) @ Tensor(lw).T, tok @ lw.T
   g, h = arr(128, 784), arr(128, 256)
   yield "x.T @ dy (weight gradient)", Tensor(g).T @ Tensor(h), g.T @ h

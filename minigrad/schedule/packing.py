@@ -88,7 +88,9 @@ def _packing_plan(item, load: UOp):
   # b's columns a row apart (x @ w.T, w stored (out, in)): the copy is what makes the product's tiles whole vectors
   transposed = s_j != 1
   if not transposed and J * K * 4 < MIN_PACKED_BYTES: return None
-  if not rows or max(view.shape[a] for a in rows) < (MIN_ROWS_TRANSPOSED if transposed else MIN_ROWS): return None
+  if not rows: return None
+  # every row dim reads b at the same place: a transposed b is reused by all of them (a batch's tokens, say)
+  if (prod(view.shape[a] for a in rows) < MIN_ROWS_TRANSPOSED) if transposed else (max(view.shape[a] for a in rows) < MIN_ROWS): return None
   if any(view.shape[a] > 1 for a in reduce_axes - set(k_axes)): return None
   # the copy: packed[p][k][c] = b[(p * width + c) * s_j + k * s_k + offset]
   panels = View.create((J // width, K, width))
