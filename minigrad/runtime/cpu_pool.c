@@ -191,7 +191,8 @@ int mg_pool_run(const mg_launch *list, int n) {
     _Atomic unsigned char *grown = malloc((size_t)total);
     if (grown == NULL) { pthread_mutex_unlock(&run_lock); run_alone(list, n); return 0; }
     free((void *)claimed);
-    claimed = grown, claim_slots = total;
+    claimed = grown;
+    claim_slots = total;
   }
   total = 0;
   for (int i = 0; i < n; i++) {

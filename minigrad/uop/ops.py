@@ -343,7 +343,7 @@ def toposort(roots: list[UOp], enter: Callable[[UOp], bool] = lambda node: True)
 def one_hot_pick(reduce: UOp) -> tuple[UOp, UOp, UOp] | None:
   """(a, arange, x) when `reduce` sums (a == arange) * x or where(a == arange, x, 0): a one-hot against an arange
   (an embedding, a gather, indexing by a tensor) that picks one x. The lowerer reads that x directly when the
-  arange runs along the reduce loop (codegen.lowerer); the heuristics leave that loop whole and the operand
+  arange runs along the reduce loop (codegen.lowerer); the GPU heuristics don't group that loop and the operand
   packing leaves x as it is."""
   if reduce.op is not Ops.REDUCE_AXIS or reduce.arg[0] is not Ops.ADD: return None
   value = reduce.src[0]
