@@ -186,21 +186,19 @@ int mg_pool_run(const mg_launch *list, int n) {
     if (waited % YIELD_EVERY == 0) sched_yield();
   }
   int64_t total = 0;
-  for (int i = 0; i < n; i++) total += list[i].parts < 1 ? 1 : list[i].parts > 0xffff ? 0xffff : list[i].parts;
-  if (total > claim_slots) {
-    _Atomic unsigned char *grown = malloc((size_t)total);
-    if (grown == NULL) { pthread_mutex_unlock(&run_lock); run_alone(list, n); return 0; }
-    free((void *)claimed);
-    claimed = grown;
-    claim_slots = total;
-  }
-  total = 0;
   for (int i = 0; i < n; i++) {
     launches[i] = list[i];
     if (launches[i].parts < 1) launches[i].parts = 1;
     if (launches[i].parts > 0xffff) launches[i].parts = 0xffff;
     total += launches[i].parts;
     part_ends[i] = (int32_t)total;
+  }
+  if (total > claim_slots) {
+    _Atomic unsigned char *grown = malloc((size_t)total);
+    if (grown == NULL) { pthread_mutex_unlock(&run_lock); run_alone(list, n); return 0; }
+    free((void *)claimed);
+    claimed = grown;
+    claim_slots = total;
   }
   for (int64_t j = 0; j < total; j++) atomic_store_explicit(&claimed[j], 0, memory_order_relaxed);
   atomic_store(&launch_count, n);
