@@ -15,6 +15,7 @@ machine, the median steps/s of each (with the range over the runs) and the ratio
 from __future__ import annotations
 from typing import Callable
 import argparse
+import itertools
 import os
 import statistics
 import time
@@ -46,7 +47,7 @@ def minigrad_runner(batches: list[tuple[np.ndarray, np.ndarray]], lr: float, jit
   Tensor.manual_seed(0)
   layers = [nn.Linear(a, b) for a, b in zip(LAYER_SIZES, LAYER_SIZES[1:])]
   optimizer = nn.optim.Adam(get_parameters(layers), lr=lr)
-  position = 0
+  cycle = itertools.cycle(batches)
 
   def forward(x: Tensor) -> Tensor:
     for layer in layers[:-1]: x = layer(x).relu()
@@ -62,10 +63,8 @@ def minigrad_runner(batches: list[tuple[np.ndarray, np.ndarray]], lr: float, jit
   step = TinyJit(train_step) if jit else train_step   # from the 3rd call TinyJit replays the captured kernels
 
   def run(steps: int) -> float:
-    nonlocal position
     for _ in range(steps):
-      images, labels = batches[position % len(batches)]
-      position += 1
+      images, labels = next(cycle)
       loss = step(Tensor.from_numpy(images), Tensor.from_numpy(labels))   # shares memory, as torch.from_numpy below
     return float(loss.item())
   return run
@@ -78,13 +77,11 @@ def torch_runner(batches: list[tuple[np.ndarray, np.ndarray]], lr: float) -> Run
   for a, b in zip(LAYER_SIZES, LAYER_SIZES[1:]): layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
   model = torch.nn.Sequential(*layers[:-1])
   optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-  position = 0
+  cycle = itertools.cycle(batches)
 
   def run(steps: int) -> float:
-    nonlocal position
     for _ in range(steps):
-      images, labels = batches[position % len(batches)]
-      position += 1
+      images, labels = next(cycle)
       loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(images)), torch.from_numpy(labels).long())
       optimizer.zero_grad()
       loss.backward()

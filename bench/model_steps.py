@@ -17,6 +17,7 @@ busy moment on the machine hits both. Printed: the machine, each model's median 
 from __future__ import annotations
 from typing import Callable
 import argparse
+import itertools
 import os
 import pathlib
 import statistics
@@ -85,13 +86,11 @@ def minigrad_runner(model_name: str, batches: list[tuple[np.ndarray, np.ndarray]
   Tensor.manual_seed(0)
   model = CNN((1, 28, 28)) if model_name == "cnn" else minigrad_gpt()
   step = make_train_step(model, nn.optim.Adam(get_parameters(model), lr=1e-3))
-  position = 0
+  cycle = itertools.cycle(batches)
 
   def run(steps: int) -> float:
-    nonlocal position
     for _ in range(steps):
-      x, y = batches[position % len(batches)]
-      position += 1
+      x, y = next(cycle)
       loss = step(Tensor.from_numpy(x), Tensor.from_numpy(y))
     return float(loss.item())
   return run
@@ -140,13 +139,11 @@ def torch_runner(model_name: str, batches: list[tuple[np.ndarray, np.ndarray]]) 
   torch.manual_seed(0)
   model = torch_models(model_name)
   optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-  position = 0
+  cycle = itertools.cycle(batches)
 
   def run(steps: int) -> float:
-    nonlocal position
     for _ in range(steps):
-      x, y = batches[position % len(batches)]
-      position += 1
+      x, y = next(cycle)
       optimizer.zero_grad()
       loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x).long() if model_name == "gpt" else torch.from_numpy(x)),
                                                torch.from_numpy(y).long())
