@@ -37,6 +37,11 @@ TWO_OVER_SQRT_PI, SQRT_2_OVER_PI, SQRT_HALF = 1.1283791670955126, 0.797884560802
 # tanh(a) = a + a^3 * P(a^2 / 0.15125 - 1) for a < 0.55 (fit of (tanh(a) - a) / a^3, degree 9)
 TANH_SMALL = (-0.3143299751688834, 0.017907231183013513, -0.0010328257160338824, 5.964512824329236e-05, -3.4449637902978835e-06,
               1.9897634925319034e-07, -1.1492339358989056e-08, 6.637871494743558e-10, -3.866166992064984e-11, 2.231237924932076e-12)
+# float32 tanh(a) = a + a^3 * P(a^2) for a < TANH32_SWITCH (P degree 5, fitted like ERF32_SMALL below): within 0.9 ulp
+# of mpmath's tanh there, and 1 - 2 / (exp(2a) + 1) within 1 ulp beyond
+TANH32_SWITCH = 0.875
+TANH32_SMALL = (-0.3333324193954468, 0.1333097517490387, -0.05376157537102699, 0.021017024293541908, -0.007003142032772303,
+                0.0013709354680031538)
 # expm1(x) = x + x^2 * Q(2x) for |x| < 0.5 (fit of (expm1(x) - x) / x^2, degree 10)
 EXPM1_SMALL = (0.5, 0.08333333333333416, 0.010416666666666128, 0.0010416666666499227, 8.680555555950889e-05, 6.2003969194615376e-06,
                3.875247921865714e-07, 2.1528940167302332e-08, 1.07646468446252e-09, 4.9145649996517404e-11, 2.0406068540209414e-12)
@@ -148,9 +153,35 @@ def cos_forward(x: Tensor) -> Tensor:
 def tan_forward(x: Tensor) -> Tensor: return _in_float64(x, lambda v: _sin_of(v) / cos_forward(v))
 
 
+def _abs_bits(x: Tensor) -> Tensor:
+  """|x| of float32 x by clearing its sign bit: one AND, where maximum(x, -x) takes a compare and select that keep NaN."""
+  return (x.bitcast(dtypes.int32) & 0x7FFFFFFF).bitcast(dtypes.float32)
+
+
+def _with_sign_of(magnitude: Tensor, x: Tensor) -> Tensor:
+  """float32 `magnitude` (sign bit clear) with the sign bit of x (also -0.0's)."""
+  return (magnitude.bitcast(dtypes.int32) | (x.bitcast(dtypes.int32) & -0x80000000)).bitcast(dtypes.float32)
+
+
+def _tanh_f32(x: Tensor) -> Tensor:
+  """float32 tanh, within 1 ulp (see TANH32_SMALL): a + a*t*P(t) with t = a^2 below TANH32_SWITCH, else
+  1 - 2 / (exp(2a) + 1) with a clamped to at most 10 (tanh is 1.0 in float32 from 9.01 on). On that range
+  2a = n ln2 + r with n between 2 and 29, so exp needs no underflow or overflow handling: exp(r) * 2**n."""
+  a = _abs_bits(x)
+  t = a * a
+  near_zero = a + a * t * horner(t, TANH32_SMALL)
+  clamped = (a < TANH32_SWITCH).where(TANH32_SWITCH, (a > 10.0).where(10.0, a))   # NaN stays NaN
+  ln2_hi, ln2_lo = EXP_REDUCTION[4][:2]
+  y = clamped * 2.0
+  n = (y * LOG2E + 0.5).floor()
+  e = horner((y - n * ln2_hi) - n * ln2_lo, EXP_SMALL_F32) * power_of_two(n)
+  return _with_sign_of((a < TANH32_SWITCH).where(near_zero, 1.0 - 2.0 / (e + 1.0)), x)
+
+
 def tanh_forward(x: Tensor) -> Tensor:
-  """tanh|x| = a + a^3 P(a^2) below 0.55 (a fitted polynomial: no cancellation, no libm call), and
+  """float32 (and float16/bfloat16, computed in float32): _tanh_f32. float64: tanh|x| = a + a^3 P(a^2) below 0.55 (a fitted polynomial: no cancellation, no libm call), and
   1 - 2 / (exp(2a) + 1) beyond (the correction to 1 is computed, not the value); the sign is restored last."""
+  if x.dtype == dtypes.float32: return _tanh_f32(x)
   a = x.abs()
   t = a * a
   near_zero = a + a * t * horner(t * (1 / 0.15125) - 1.0, TANH_SMALL)

@@ -122,6 +122,21 @@ def test_float32_erf_is_about_one_ulp_from_exact():
   assert np.isnan(special[0]) and special[1] == 1 and special[2] == -1 and special[3] == 0 and np.signbit(special[3])
 
 
+def test_float32_tanh_is_within_one_ulp_and_keeps_the_sign_of_zero():
+  # float32 has its own tanh (TANH32_SMALL below 0.875, then 1 - 2 / (exp(2a) + 1) on a clamped to 10): within one
+  # ulp of the exact value on both sides of the switch, where it reaches 1.0 (9.01) and in the tails; -0 stays -0
+  x = np.concatenate([np.linspace(-12, 12, 100001), np.linspace(0.874, 0.876, 2001), np.linspace(9.0, 9.03, 301),
+                      np.geomspace(1e-38, 1e-2, 2001), -np.geomspace(1e-38, 1e-2, 2001), [1e30, -1e30]]).astype(np.float32)
+  exact = np.array([math.tanh(float(v)) for v in x])
+  got = Tensor(x).tanh().numpy()
+  assert got.dtype == np.float32
+  ulps = np.abs(got - exact) / np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+  assert ulps.max() <= 1.0, f"{ulps.max():.2f} ulp at x = {x[ulps.argmax()]}"
+  special = Tensor(np.array([np.nan, np.inf, -np.inf, -0.0, 0.0], dtype=np.float32)).tanh().numpy()
+  assert np.isnan(special[0]) and special[1] == 1 and special[2] == -1
+  assert special[3] == 0 and np.signbit(special[3]) and not np.signbit(special[4])
+
+
 @pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "bool"])
 def test_float_functions_of_integers_give_default_float(dtype):
   x = np.array([0, 1, 2, 3], dtype=np.bool_ if dtype == "bool" else dtype)
