@@ -2,7 +2,8 @@
 
 Input: ScheduleItems from the scheduler. Output: filled runtime Buffers, and DEBUG output / GlobalCounters.
 Each kernel AST is compiled once per device (Kernel -> lower -> linearize -> render -> compile) and kept in
-`compiled_kernels`; the device compiler also keeps binaries on disk.
+`compiled_kernels`; the rendered kernels (minigrad/engine/kernel_cache.py) and the device compiler's binaries are
+also kept on disk.
 
 `buffers` maps each BUFFER node of the tensor graph to its runtime Buffer. It is a documented cache with weak
 keys: when no graph mentions a BUFFER node any more, its memory is freed. Intermediates of a schedule that no
@@ -21,6 +22,7 @@ from minigrad.codegen.heuristics import hand_coded_optimizations
 from minigrad.codegen.linearizer import linearize_for
 from minigrad.runtime.device import Buffer, Device
 from minigrad.engine.memory import MemoryPlan, plan_memory
+from minigrad.engine import kernel_cache
 
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 
@@ -120,36 +122,44 @@ def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> Compiled
     opts = beam_search(ast, device, BEAM.value)
   key = (ast, device, None if opts is None else tuple(opts))
   if (found := compiled_kernels.get(key)) is not None: return found
-  kernel = new_kernel(ast, device)
-  if opts is not None:
-    for opt in opts: kernel.apply_opt(opt)
-  elif not NOOPT: hand_coded_optimizations(kernel)
-  compiled_kernels[key] = compiled = compile_kernel(kernel, device)
+  path = kernel_cache.entry_path(ast, device, opts) if kernel_cache.enabled() else None
+  if path is not None and (rendered := kernel_cache.load(path)) is not None:
+    kernel, uops, source = rendered
+    _print_kernel(kernel)
+    _print_kernel(kernel, uops, source)
+  else:
+    kernel = new_kernel(ast, device)
+    if opts is not None:
+      for opt in opts: kernel.apply_opt(opt)
+    elif not NOOPT: hand_coded_optimizations(kernel)
+    uops, source = render_kernel(kernel, device)
+    if path is not None: kernel_cache.store(path, (kernel, uops, source))
+  compiled_kernels[key] = compiled = load_kernel(kernel, device, uops, source, Device[device].compiler.compile_cached(source))
   if getenv("CUDA_COMPILE_ONLY", 0):   # also render and compile the kernel for CUDA, without a GPU (runtime/ops_cuda.py)
     from minigrad.runtime.ops_cuda import compile_only
     compile_only(ast)
   return compiled
 
 
-def compile_kernel(kernel: Kernel, device: str) -> CompiledKernel:
-  """Kernel (with its opts applied) -> lower -> linearize -> render -> compile -> a launchable program."""
-  uops, source = render_kernel(kernel, device)
-  return load_kernel(kernel, device, uops, source, Device[device].compiler.compile_cached(source))
-
-
 def render_kernel(kernel: Kernel, device: str, verbose: bool = True) -> tuple[list[UOp], str]:
   """Kernel -> lower -> linearize -> render: the linearized uops and the source text. With `verbose`, DEBUG>=3
   prints the AST and the applied opts, DEBUG>=4 the source, DEBUG>=5 the uops."""
   dev = Device[device]
-  if verbose and DEBUG >= 3:
+  if verbose: _print_kernel(kernel)
+  uops = linearize_for(kernel, dev.renderer)
+  source = dev.renderer.render(kernel.name, uops)
+  if verbose: _print_kernel(kernel, uops, source)
+  return uops, source
+
+
+def _print_kernel(kernel: Kernel, uops: list[UOp] | None = None, source: str | None = None) -> None:
+  """DEBUG>=3: the AST and the applied opts (printed when there are no uops yet), >=5 the uops, >=4 the source."""
+  if DEBUG >= 3 and uops is None:
     print(pretty(kernel.ast))
     print(f"{kernel.name}: full shape {kernel.full_shape} ({', '.join(kernel.axis_kinds)}), applied opts {kernel.applied_opts}")
-  uops = linearize_for(kernel, dev.renderer)
-  if verbose and DEBUG >= 5:
+  if DEBUG >= 5 and uops is not None:
     for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype.name:8s} {u.arg if u.op is not Ops.CONST else u.arg!r}")
-  source = dev.renderer.render(kernel.name, uops)
-  if verbose and DEBUG >= 4: print(source)
-  return uops, source
+  if DEBUG >= 4 and source is not None: print(source)
 
 
 def load_kernel(kernel: Kernel, device: str, uops: list[UOp], source: str, binary: bytes) -> CompiledKernel:

@@ -203,28 +203,31 @@ class Compiler:
     if os.environ.get("DISABLE_COMPILER_CACHE", "0") not in ("", "0"): return self.compile(src)
     try: path = self.cache_path(src)
     except OSError: return self.compile(src)    # no usable cache directory: compile every time
-    cached = _read_cache_entry(path)
+    cached = read_cache_entry(path, "compiler")
     if cached is not None: return cached
     binary = self.compile(src)
-    _write_cache_entry(path, binary)
+    write_cache_entry(path, binary, "compiler")
     return binary
 
 
-def _read_cache_entry(path: pathlib.Path) -> bytes | None:
+def read_cache_entry(path: pathlib.Path, what: str) -> bytes | None:
+  """The payload of a disk cache entry written by write_cache_entry, or None when there is none. A damaged entry
+  (its checksum doesn't match) is deleted."""
   try: blob = path.read_bytes()
   except OSError: return None
   header_size = len(_CACHE_MAGIC) + _DIGEST_SIZE
   payload = blob[header_size:]
   if blob[:len(_CACHE_MAGIC)] == _CACHE_MAGIC and blob[len(_CACHE_MAGIC):header_size] == hashlib.sha256(payload).digest():
     return payload
-  if DEBUG >= 1: print(f"compiler cache: damaged entry {path}, recompiling")
+  if DEBUG >= 1: print(f"{what} cache: damaged entry {path}, made anew")
   try: path.unlink()
   except OSError: pass
   return None
 
 
-def _write_cache_entry(path: pathlib.Path, binary: bytes) -> None:
-  atomic_write(path, _CACHE_MAGIC + hashlib.sha256(binary).digest() + binary, "compiler")
+def write_cache_entry(path: pathlib.Path, payload: bytes, what: str) -> None:
+  """Store `payload` at `path` with a checksum, atomically (see atomic_write)."""
+  atomic_write(path, _CACHE_MAGIC + hashlib.sha256(payload).digest() + payload, what)
 
 
 # ---------------------------------------------------------------- devices
