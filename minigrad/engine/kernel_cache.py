@@ -3,8 +3,8 @@
 Input: a kernel AST, its device and the opts asked for (None: the device's default choice). Output: the Kernel with
 its opts applied, the linearized uops and the source text, as minigrad.engine.realize would make them, or None.
 
-Making them is Python work: about 70 ms per kernel, 8 s for the first training step of the small GPT in
-bench/model_steps.py, every time a script starts. Loading them back takes well under 1 ms each. The compiled
+Making them is Python work, about 30 ms per kernel: 3 of the 4 seconds the small GPT of bench/model_steps.py took
+for its first two (captured) training steps, every time a script started. Loading them back takes under 1 ms each. The compiled
 binary itself is cached by the device compiler (keyed by the source), so a hit compiles nothing either.
 
 An entry is keyed by everything its result depends on: the AST (as ast_key prints it), the device, the opts, NOOPT,
