@@ -4,8 +4,9 @@ Input: a kernel AST, its device and the opts asked for (None: the device's defau
 its opts applied, the linearized uops and the source text, as minigrad.engine.realize would make them, or None.
 
 Making them is Python work, about 30 ms per kernel: 3 of the 4 seconds the small GPT of bench/model_steps.py took
-for its first two (captured) training steps, every time a script started. Loading them back takes under 1 ms each. The compiled
-binary itself is cached by the device compiler (keyed by the source), so a hit compiles nothing either.
+for its first two (captured) training steps, every time a script started. Loading them back takes under 1 ms
+each. The compiled binary itself is cached by the device compiler (keyed by the source), so a hit compiles nothing
+either.
 
 An entry is keyed by everything its result depends on: the AST (as ast_key prints it), the device, the opts, NOOPT,
 the thread count the heuristics plan for, the renderer's settings (its instance attributes: the CPU's vector
@@ -17,7 +18,6 @@ from __future__ import annotations
 from typing import Any
 import functools
 import hashlib
-import os
 import pathlib
 import pickle
 from minigrad.helpers import DEBUG, NOOPT, cache_dir
@@ -29,9 +29,6 @@ from minigrad.runtime.device import Device, read_cache_entry, write_cache_entry
 
 CACHE_VERSION = 1
 Rendered = tuple[Kernel, list[UOp], str]   # the kernel with its opts, its linearized uops, its source
-
-
-def enabled() -> bool: return os.environ.get("DISABLE_COMPILER_CACHE", "0") in ("", "0")
 
 
 @functools.cache

@@ -20,7 +20,7 @@ from minigrad.schedule.scheduler import ScheduleItem, mark_realized
 from minigrad.codegen.kernel import Kernel, Opt
 from minigrad.codegen.heuristics import hand_coded_optimizations
 from minigrad.codegen.linearizer import linearize_for
-from minigrad.runtime.device import Buffer, Device
+from minigrad.runtime.device import Buffer, Device, disk_cache_enabled
 from minigrad.engine.memory import MemoryPlan, plan_memory
 from minigrad.engine import kernel_cache
 
@@ -122,11 +122,11 @@ def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> Compiled
     opts = beam_search(ast, device, BEAM.value)
   key = (ast, device, None if opts is None else tuple(opts))
   if (found := compiled_kernels.get(key)) is not None: return found
-  path = kernel_cache.entry_path(ast, device, opts) if kernel_cache.enabled() else None
+  path = kernel_cache.entry_path(ast, device, opts) if disk_cache_enabled() else None
   if path is not None and (rendered := kernel_cache.load(path)) is not None:
     kernel, uops, source = rendered
     _print_kernel(kernel)
-    _print_kernel(kernel, uops, source)
+    _print_code(uops, source)
   else:
     kernel = new_kernel(ast, device)
     if opts is not None:
@@ -148,18 +148,22 @@ def render_kernel(kernel: Kernel, device: str, verbose: bool = True) -> tuple[li
   if verbose: _print_kernel(kernel)
   uops = linearize_for(kernel, dev.renderer)
   source = dev.renderer.render(kernel.name, uops)
-  if verbose: _print_kernel(kernel, uops, source)
+  if verbose: _print_code(uops, source)
   return uops, source
 
 
-def _print_kernel(kernel: Kernel, uops: list[UOp] | None = None, source: str | None = None) -> None:
-  """DEBUG>=3: the AST and the applied opts (printed when there are no uops yet), >=5 the uops, >=4 the source."""
-  if DEBUG >= 3 and uops is None:
+def _print_kernel(kernel: Kernel) -> None:
+  """DEBUG>=3: the AST and the applied opts."""
+  if DEBUG >= 3:
     print(pretty(kernel.ast))
     print(f"{kernel.name}: full shape {kernel.full_shape} ({', '.join(kernel.axis_kinds)}), applied opts {kernel.applied_opts}")
-  if DEBUG >= 5 and uops is not None:
+
+
+def _print_code(uops: list[UOp], source: str) -> None:
+  """DEBUG>=5: the uops; DEBUG>=4: the source."""
+  if DEBUG >= 5:
     for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype.name:8s} {u.arg if u.op is not Ops.CONST else u.arg!r}")
-  if DEBUG >= 4 and source is not None: print(source)
+  if DEBUG >= 4: print(source)
 
 
 def load_kernel(kernel: Kernel, device: str, uops: list[UOp], source: str, binary: bytes) -> CompiledKernel:

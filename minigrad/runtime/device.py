@@ -200,7 +200,7 @@ class Compiler:
   def compile_cached(self, src: str) -> bytes:
     """`compile(src)`, reusing an earlier result from disk. A damaged cache entry is deleted and recompiled.
     DISABLE_COMPILER_CACHE=1 skips the cache entirely."""
-    if os.environ.get("DISABLE_COMPILER_CACHE", "0") not in ("", "0"): return self.compile(src)
+    if not disk_cache_enabled(): return self.compile(src)
     try: path = self.cache_path(src)
     except OSError: return self.compile(src)    # no usable cache directory: compile every time
     cached = read_cache_entry(path, "compiler")
@@ -208,6 +208,11 @@ class Compiler:
     binary = self.compile(src)
     write_cache_entry(path, binary, "compiler")
     return binary
+
+
+def disk_cache_enabled() -> bool:
+  """False when DISABLE_COMPILER_CACHE is set: then neither compiled binaries nor rendered kernels are cached."""
+  return os.environ.get("DISABLE_COMPILER_CACHE", "0") in ("", "0")
 
 
 def read_cache_entry(path: pathlib.Path, what: str) -> bytes | None:
