@@ -89,6 +89,13 @@ def power_of_two(n: Tensor) -> Tensor:
   return biased._alu(Ops.SHL, biased.full_like(shift)).bitcast(n.dtype)
 
 
+def _ln2_multiples(x: Tensor) -> tuple[Tensor, Tensor]:
+  """(n, r) with x = n ln2 + r, n integer-valued and |r| <= ln2/2, r exact (Cody-Waite, see EXP_REDUCTION)."""
+  ln2_hi, ln2_lo = EXP_REDUCTION[x.dtype.itemsize][:2]
+  n = (x * LOG2E + 0.5).floor()
+  return n, (x - n * ln2_hi) - n * ln2_lo
+
+
 def exp_forward(x: Tensor, at_most_zero: bool = False) -> Tensor:
   """Cody-Waite: x = n*ln2 + r with r exact, so the reduced argument carries no error that grows with |x|; then
   exp(x) = exp(r) * 2**n1 * 2**n2 with n = n1 + n2, n1 = n clamped to the normal exponents (so a result in the
@@ -99,12 +106,11 @@ def exp_forward(x: Tensor, at_most_zero: bool = False) -> Tensor:
   Below `low` exp rounds to 0: those elements are computed on 0 and replaced by 0 after, so none of them makes a
   subnormal on the way (on x86 a multiply with a subnormal result takes a microcode assist, ~100 cycles: a causal
   attention's softmax, half of whose inputs are -inf, ran 9x slower)."""
-  ln2_hi, ln2_lo, low, high, min_exponent, max_exponent = EXP_REDUCTION[x.dtype.itemsize]
+  _, _, low, high, min_exponent, max_exponent = EXP_REDUCTION[x.dtype.itemsize]
   underflows = x < low
   x = underflows.where(0.0, x)
   if not at_most_zero: x = (x > high).where(high, x)
-  n = (x * LOG2E + 0.5).floor()
-  r = (x - n * ln2_hi) - n * ln2_lo
+  n, r = _ln2_multiples(x)
   if at_most_zero:   # low <= x <= 0: n + shift is a normal exponent; exp(r) * 2**-shift is exact (in the polynomial's coefficients)
     shift = min_exponent - math.floor(low * LOG2E + 0.5)
     scale = 2.0 ** -shift
@@ -171,16 +177,15 @@ def _tanh_f32(x: Tensor) -> Tensor:
   t = a * a
   near_zero = a + a * t * horner(t, TANH32_SMALL)
   clamped = (a < TANH32_SWITCH).where(TANH32_SWITCH, (a > 10.0).where(10.0, a))   # NaN stays NaN
-  ln2_hi, ln2_lo = EXP_REDUCTION[4][:2]
-  y = clamped * 2.0
-  n = (y * LOG2E + 0.5).floor()
-  e = horner((y - n * ln2_hi) - n * ln2_lo, EXP_SMALL_F32) * power_of_two(n)
+  n, r = _ln2_multiples(clamped * 2.0)
+  e = horner(r, EXP_SMALL_F32) * power_of_two(n)
   return _with_sign_of((a < TANH32_SWITCH).where(near_zero, 1.0 - 2.0 / (e + 1.0)), x)
 
 
 def tanh_forward(x: Tensor) -> Tensor:
-  """float32 (and float16/bfloat16, computed in float32): _tanh_f32. float64: tanh|x| = a + a^3 P(a^2) below 0.55 (a fitted polynomial: no cancellation, no libm call), and
-  1 - 2 / (exp(2a) + 1) beyond (the correction to 1 is computed, not the value); the sign is restored last."""
+  """float32 (and float16/bfloat16, computed in float32): _tanh_f32. float64: tanh|x| = a + a^3 P(a^2) below 0.55
+  (a fitted polynomial: no cancellation, no libm call), and 1 - 2 / (exp(2a) + 1) beyond (the correction to 1 is
+  computed, not the value); the sign is restored last."""
   if x.dtype == dtypes.float32: return _tanh_f32(x)
   a = x.abs()
   t = a * a
