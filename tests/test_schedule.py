@@ -116,6 +116,19 @@ def test_expensive_input_of_a_reduce_is_computed_once(prologue, kernels):
   np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_cat_under_a_matmul_is_computed_once():
+  # the gradient of q, k, v split from one projection is a cat of three, read by the projection's weight gradient
+  # once per column: each element would take a gated load per part, so the cat gets a kernel of its own
+  xn, wn = fresh(64, 32), fresh(32, 16)
+  x = Tensor(xn)
+  cat = x[:, :8].cat(x[:, 8:16] * 2, x[:, 16:] + 1, dim=1)
+  assert count_kernels(cat @ Tensor(wn)) == 2
+  np.testing.assert_allclose((cat @ Tensor(wn)).numpy(), np.concatenate([xn[:, :8], xn[:, 8:16] * 2, xn[:, 16:] + 1], 1) @ wn, rtol=1e-5, atol=1e-5)
+  padded = x.pad(((0, 0), (2, 0)))[:, :32]   # one padded view: a masked load, fused
+  assert count_kernels(padded @ Tensor(wn)) == 1
+  np.testing.assert_allclose((padded @ Tensor(wn)).numpy(), np.pad(xn, ((0, 0), (2, 0)))[:, :32] @ wn, rtol=1e-5, atol=1e-5)
+
+
 def test_reduce_broadcast_back_along_its_axis_fuses_on_cpu():
   xn = fresh(8, 8)
   x = Tensor(xn)

@@ -90,9 +90,11 @@ class KernelPlan:
 # devices whose kernels are loops: a side reduce is hoisted out of the row's loops (GPU threads would each redo it)
 SIDE_REDUCE_DEVICES = ("CPU", "LLVM")
 # an elementwise computation a reduce's input would redo this many times per element, at this many ops per element
-# (EXPENSIVE_OPS count more), is realized first (see _Fusion._recomputed)
+# (EXPENSIVE_OPS count more; so does a padded view, a gated load: bounds checks, a select), is realized first
+# (see _Fusion._recomputed)
 RECOMPUTE_FACTOR, RECOMPUTE_WORK = 8, 8
 EXPENSIVE_OPS = {Ops.FDIV: 4, Ops.RECIP: 4, Ops.SQRT: 4, Ops.EXP2: 4, Ops.LOG2: 4, Ops.SIN: 4, Ops.IDIV: 4, Ops.MOD: 4}
+GATED_LOAD_WORK = 4
 
 
 class _Fusion:
@@ -164,7 +166,9 @@ class _Fusion:
     """Would fusing `node` into a reduce's input, seen through `view`, compute each of its elements RECOMPUTE_FACTOR
     or more times over, when it takes RECOMPUTE_WORK or more ops per element? Then it gets a kernel of its own. (A
     convolution's input gradient reads the gradient of the layer above once per filter tap and input channel: a
-    BatchNorm backward fused there was computed 144 times per element.) Subgraphs with a reduce stay fused."""
+    BatchNorm backward fused there was computed 144 times per element. A cat, a sum of padded views, under a
+    matmul: each of its elements took one gated load per input, and no SIMD layout suits them all.) Subgraphs with a
+    reduce stay fused."""
     if node.op not in GroupOp.Elementwise or prod(view.shape) < RECOMPUTE_FACTOR * node.size: return False
     work, stack, seen = 0, [node], set()
     while stack:
@@ -173,6 +177,7 @@ class _Fusion:
       seen.add(n)
       if n.op is Ops.REDUCE_AXIS: return False
       if n.op in GroupOp.ALU: work += EXPENSIVE_OPS.get(n.op, 1)
+      if n.op is Ops.VIEW and any(v.mask is not None for v in n.arg.views): work += GATED_LOAD_WORK
       stack.extend(n.src)
     return work >= RECOMPUTE_WORK
 
