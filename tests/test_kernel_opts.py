@@ -331,12 +331,20 @@ def test_widest_lanes_win_over_more_contiguous_buffers():
 
 
 def test_transposing_copy_takes_lanes_along_the_contiguous_input():
+  # output contiguous along x's rows: lanes along the output would gather their loads. Lanes along x's rows, and as
+  # many of the output's rows per trip: a 16x16 block per trip, transposed by shuffles and stored as vectors
   x = arr(48, 64)
-  t = (Tensor(x).T * 1.0).contiguous()   # output contiguous along x's rows: the loads would gather
+  t = (Tensor(x).T * 1.0).contiguous()
   (item,) = t.schedule()
-  program = get_kernel(item.ast, "CPU")
-  assert "float_v16 val" in program.source and "[15]" in program.source   # vector loads, stores lane by lane
+  source = get_kernel(item.ast, "CPU").source
+  assert source.count("float_v16 val") == 16 and "__builtin_shufflevector" in source and "[15]" not in source
   np.testing.assert_array_equal(t.numpy(), x.T)
+  # 20 output rows don't make whole blocks: vector loads, stores lane by lane
+  y = arr(20, 64)
+  t = (Tensor(y).T * 1.0).contiguous()
+  source = get_kernel(t.schedule()[0].ast, "CPU").source
+  assert "float_v16 val" in source and "[15]" in source and "__builtin_shufflevector" not in source
+  np.testing.assert_array_equal(t.numpy(), y.T)
 
 
 def test_big_matmul_sweeps_the_rows_under_each_panel():

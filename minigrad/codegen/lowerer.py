@@ -70,12 +70,17 @@ VECTOR_WIDTHS = (2, 4, 8, 16)
 def pick_lane_axis(k: Kernel) -> int | None:
   """The upcast dim to turn into SIMD lanes: of a vector width, contiguous (stride 1) in some buffer, the widest
   (16 lanes beat 2), then contiguous in the most buffers, the output counting double (in a reduce kernel only half:
-  it is stored once, the inputs are loaded every trip of the reduce loop); ties go to the innermost."""
+  it is stored once, the inputs are loaded every trip of the reduce loop); ties go to the innermost. In an
+  elementwise kernel that transposes a square block (an input contiguous along one upcast dim, the output along
+  another of the same size), the output doesn't count: stores of such a block are transposed by shuffles
+  (vectorize.transposed_stores), loads are not."""
   output_weight = 0.5 if k.axes_of("reduce") else 2
+  candidates = [a for a in range(k.first_upcast, k.shape_len) if k.full_shape[a] in VECTOR_WIDTHS]
+  def read_along(axis: int) -> bool: return any(st is not k.output_st and st.real_strides()[axis] == 1 for st in k.sts)
   def score(axis: int) -> float:
     strides = [st.real_strides()[axis] for st in k.sts]
-    return sum(output_weight if st is k.output_st else 1 for st, stride in zip(k.sts, strides) if stride == 1)
-  candidates = [a for a in range(k.first_upcast, k.shape_len) if k.full_shape[a] in VECTOR_WIDTHS]
+    block = not k.axes_of("reduce") and any(b != axis and k.full_shape[b] == k.full_shape[axis] and read_along(b) for b in candidates)
+    return sum((0 if block else output_weight) if st is k.output_st else 1 for st, stride in zip(k.sts, strides) if stride == 1)
   return max(reversed(candidates), key=lambda a: (score(a) > 0, k.full_shape[a], score(a))) if candidates else None
 
 
