@@ -103,6 +103,22 @@ def test_transposed_weight_is_packed_only_for_many_rows():
   assert len(sources(Tensor(arr(128, 128), device="CPU") @ w.T)) == 1   # few rows: dot products along k, no copy
 
 
+def test_weight_gradient_copies_dy_row_major_when_its_rows_alias():
+  # dy.T @ x over 1024 tokens: dy's rows are read along k, one element per token, rows 2 KB apart (512 floats) all in
+  # the same L1 cache sets. dy gets a row-major copy (16x16 blocks transposed by shuffles), then the product.
+  dy, x = arr(1024, 512), arr(1024, 128)
+  *copy, product = sources(Tensor(dy, device="CPU").T @ Tensor(x, device="CPU"))
+  assert len(copy) == 1 and "__builtin_shufflevector" in copy[0]
+  np.testing.assert_allclose((Tensor(dy).T @ Tensor(x)).numpy(), dy.T @ x, rtol=1e-4, atol=2e-3)
+  # over a batch's tokens (two reduce dims read as one), as in a transformer's Linear layers
+  dyb, xb = dy.reshape(16, 64, 512), x.reshape(16, 64, 128)
+  result = (Tensor(dyb, device="CPU").reshape(16, 64, 512, 1) * Tensor(xb, device="CPU").reshape(16, 64, 1, 128)).sum((0, 1))
+  assert len(result.schedule()) == 2
+  np.testing.assert_allclose(result.numpy(), dy.T @ x, rtol=1e-4, atol=2e-3)
+  # rows 1.5 KB apart don't alias (and run as fast unpacked): no copy
+  assert len(sources(Tensor(arr(1024, 384), device="CPU").T @ Tensor(x, device="CPU"))) == 1
+
+
 def test_weight_gradient_tile_keeps_its_operands_in_l1():
   # dy.T @ x: 256x784 over a batch of 128. 784 = 49 vectors, so a tile of several vectors takes 7 of them, whose
   # 57 KB column panel doesn't stay in L1: 7 cache lines from L2 per 14 multiply-adds. 16 rows x 1 vector reads
