@@ -2,6 +2,7 @@
 choice must give the same numbers as the plain loops, and bad actions must be refused with a clear error. GPU-shaped
 choices (workgroups, grouped reductions in local memory) run on the GPU-shaped devices that open here."""
 import itertools
+import re
 import numpy as np
 import pytest
 from minigrad import Tensor, Device
@@ -345,6 +346,42 @@ def test_transposing_copy_takes_lanes_along_the_contiguous_input():
   source = get_kernel(t.schedule()[0].ast, "CPU").source
   assert "float_v16 val" in source and "[15]" in source and "__builtin_shufflevector" not in source
   np.testing.assert_array_equal(t.numpy(), y.T)
+
+
+CPU_SHAPED = [d for d in ("CPU", "LLVM") if d in available_devices()]
+
+
+@pytest.mark.parametrize("device", CPU_SHAPED)
+def test_embedding_gradient_adds_each_token_under_one_branch(device):
+  # the gradient of an embedding sums over the tokens t (id[t] == v) * grad[t] into each vocabulary row v: the
+  # condition holds for one row per token, so the row's vectors are added under one branch per token and row,
+  # rather than multiplied by 0 or 1 and added for every row
+  from minigrad import nn
+  vocab, width, tokens = 300, 96, 200
+  ids = rng.integers(0, vocab, tokens).astype(np.int32)
+  ids[:6] = 7   # repeated ids add up
+  g = arr(tokens, width)
+  emb = nn.Embedding(vocab, width)
+  emb.weight = Tensor(arr(vocab, width), device=device, requires_grad=True)
+  (emb(Tensor(ids, device=device)) * Tensor(g, device=device)).sum().backward()
+  item = emb.weight.grad.schedule()[-1]
+  source = get_kernel(item.ast, device).source
+  if device == "CPU": assert source.count("if (") == 1 and len(re.findall(r"acc\d+ = acc\d+\+", source)) == 6   # 6 vectors of 16
+  else: assert source.count("br i1") == 3 and source.count(".then:") == 1   # the loops over rows and tokens, and the branch
+  expected = np.zeros((vocab, width), np.float32)
+  np.add.at(expected, ids, g)
+  np.testing.assert_allclose(emb.weight.grad.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_float_equality_in_a_reduce_is_not_a_branch():
+  # max pooling's backward sums (x == max) * grad: true for one of 4, and float, so no branch on it
+  x = Tensor(arr(2, 3, 8, 8), requires_grad=True)
+  x.max_pool2d(2).sum().backward()
+  assert all("if (" not in get_kernel(item.ast, "CPU").source for item in x.grad.schedule())
+  torch = pytest.importorskip("torch")
+  tx = torch.tensor(x.numpy(), requires_grad=True)
+  torch.nn.functional.max_pool2d(tx, 2).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
 
 
 def test_big_matmul_sweeps_the_rows_under_each_panel():

@@ -52,6 +52,8 @@ class CRenderer:
   # the compiler has __builtin_shufflevector (gcc 12+, clang; the CPU device asks it): vectors built from the
   # lanes of one or two others are shuffles, blocks of them transposed; without it lanes are gathered one by one
   shufflevector = True
+  # a reduce's one-hot terms are added under an `if` (an embedding's gradient: one vocabulary row in V per token)
+  gated_reduces = True
   repeats_operands = {Ops.MAX}
   max_inline_nesting = 12
   # loop counters and scalar int32 variables are 64-bit: under -fwrapv the compiler can't fold int index arithmetic
@@ -157,9 +159,12 @@ class CRenderer:
         names[u] = var
         line(f"for ({self.index_type} {var} = {src[0]}; {var} < {src[1]}; {var}++) {{")
         depth += 1
-      elif u.op is Ops.ENDRANGE:
+      elif u.op is Ops.ENDRANGE or u.op is Ops.ENDIF:
         depth -= 1
         line("}")
+      elif u.op is Ops.IF:
+        line(f"if ({_strip(src[0])}) {{")
+        depth += 1
       elif u.op is Ops.INDEX: names[u] = f"{src[0]}[{_strip(src[1])}]"
       elif u.op is Ops.LOAD:
         index = u.src[0]

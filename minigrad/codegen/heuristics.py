@@ -37,6 +37,9 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
      two rows per outer loop trip when there are many.
   7. the threads split the outermost loop: a short one that doesn't divide among them trades places with a
      bigger global dim.
+  8. a one-hot sum over a reduce loop (an embedding's gradient: over the tokens, (id == v) * grad for each
+     vocabulary row v): no rows in the tile, all the row's vectors under the one branch the linearizer puts
+     around them.
 """
 from __future__ import annotations
 import functools
@@ -47,7 +50,7 @@ from minigrad.codegen.gpu_heuristics import gpu_optimizations
 from minigrad.codegen.lowerer import VECTOR_WIDTHS
 from minigrad.codegen.vectorize import vector_ok
 from minigrad.helpers import cpu_threads, prod
-from minigrad.uop.ops import Ops, UOp
+from minigrad.uop.ops import Ops, UOp, one_hot_pick
 from minigrad.uop.shapetracker import ShapeTracker
 from minigrad.uop.symbolic import split_terms
 
@@ -55,6 +58,7 @@ LANES = tuple(sorted(VECTOR_WIDTHS, reverse=True))
 TILE_ROWS = (1, 2, 4, 6, 8, 16)   # register tile rows tried
 MAX_ACCUMULATORS = 24      # of the 32 vector registers: the rest hold a tile's vector loads and a broadcast
 MAX_PAD_WASTE = 1 / 64     # a tile's rows may pad their dim (PADTO) by up to this fraction
+MAX_ONE_HOT_VECTORS = 64   # vectors added under one IF by a one-hot sum (rule 8)
 MAX_UNROLLED_REDUCE = 4    # reduce dims up to this size are unrolled whole
 ROW_UNROLL = 4             # vectors per loop trip in a row reduction: a shorter chain through the accumulator
 MASKED_LOAD_COST = 3       # a padded vector load: its lane mask and the masked load (measured: conv tiles rank right)
@@ -144,7 +148,8 @@ def _cpu_optimizations(k: Kernel) -> None:
     if width is None: continue
     size = k.full_shape[axis]
     k.apply_opt(Opt("UPCAST", globals_.index(axis), width))
-    if has_reduce: _register_tile(k, lane_remainder=axis if size > width else None)   # the rest of the split dim stays at `axis`
+    remainder = axis if size > width else None   # the rest of the split dim stays at `axis`
+    if has_reduce: (_one_hot_tile if _sums_one_hot_rows(k) else _register_tile)(k, remainder)
     return
   # 1b. a transposing copy: lanes along the dim the input reads contiguously, and as many rows of the output's
   #     contiguous dim per trip when it has whole blocks of them: each trip moves a square block, whose stores the
@@ -167,6 +172,29 @@ def _cpu_optimizations(k: Kernel) -> None:
       # dot products (x @ w.T): a tile of outputs shares the loaded vectors; else independent vectors per trip
       if not _register_tile(k, None, min_reuse=0.25) and size > width: _unroll_rows(k, axis)
       return
+
+
+def _sums_one_hot_rows(k: Kernel) -> bool:
+  """Does the kernel sum (a == arange) * x over a reduce loop along which the arange doesn't run (an embedding's
+  gradient: over the tokens t, (id[t] == v) * grad[t] for each vocabulary row v)? The linearizer adds such terms
+  under an IF (see linearizer.one_hot_term), which holds for one row v in the vocabulary per token."""
+  reduces = [n for n in k.ast.toposort if n.op is Ops.REDUCE_AXIS]
+  if len(reduces) != 1 or (pick := one_hot_pick(reduces[0])) is None: return False
+  strides = k.st_of(pick[1].src[0]).real_strides()
+  return all(strides[a] == 0 for a in k.axes_of("reduce"))
+
+
+def _one_hot_tile(k: Kernel, lane_remainder: int | None) -> None:
+  """8. a one-hot sum's tile: no rows of the dims the condition depends on (each would need an IF of its own, each
+  loading the same x), and all the vectors along the lanes' dim (up to MAX_ONE_HOT_VECTORS) under one IF: the trips
+  where it doesn't hold, all but one in the vocabulary's size, are a load, a compare and a branch. Accumulators that
+  don't fit in registers are only read and written where it holds. (An Embedding(50257, 768) forward and backward
+  over 1024 tokens: 813 ms as 16-row tiles of multiply-adds, 77 ms so; torch 54-67 ms. The small GPT's embedding
+  gradient, 256 x 128: 0.78 -> 0.2 ms.)"""
+  if lane_remainder is None: return
+  size = k.full_shape[lane_remainder]
+  vectors = max((n for n in range(2, min(size, MAX_ONE_HOT_VECTORS) + 1) if size % n == 0), default=None)
+  if vectors is not None: k.apply_opt(Opt("UPCAST", k.axes_of("global").index(lane_remainder), vectors))
 
 
 def _scattered_lanes(k: Kernel, widths: list[int]) -> tuple[int, int] | None:

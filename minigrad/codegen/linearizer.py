@@ -4,6 +4,9 @@ Input: the lowerer's SINK. Output: a list of UOps where RANGE opens a loop and E
 REDUCE has become DEFINE_ACC (before its loops) + ASSIGN (inside) with users reading the accumulator after
 the loops close. Every node is emitted after its sources and inside exactly the loops it depends on.
 
+A one-hot term (value * (a == b) for integers, see one_hot_term) is added under IF / ENDIF instead, on renderers
+that ask for it (`gated_reduces`): the value is computed only where the condition holds.
+
 Placement rule: the global loops open first, outermost first. A node goes where it is first needed; before
 a reduce opens its loops, everything the reduce's body needs that does not depend on those loops is
 emitted outside them, so loop-invariant values are computed once and stay in scope after the loop.
@@ -11,7 +14,7 @@ emitted outside them, so loop-invariant values are computed once and stay in sco
 from __future__ import annotations
 from typing import Any, TYPE_CHECKING
 from minigrad.dtype import DType, dtypes
-from minigrad.uop.ops import UOp, Ops, reduce_identity, toposort
+from minigrad.uop.ops import UOp, Ops, int_equality, reduce_identity, toposort
 if TYPE_CHECKING: from minigrad.codegen.kernel import Kernel
 
 
@@ -49,8 +52,20 @@ def product_terms(reduce: UOp) -> list[UOp]:
   return [head] + terms[::-1] if terms and head.op is Ops.MUL else [reduce.src[0]]
 
 
+def one_hot_term(term: UOp) -> tuple[UOp, UOp] | None:
+  """(condition, value) when `term`, what a reduce adds per trip, is value * (a == b) for integers a and b, the same
+  for every lane: a one-hot product, as an embedding's gradient sums a token's gradient row into the row of its id
+  (sum over tokens t of (id[t] == v) * grad[t]). The condition is true for one v in the vocabulary."""
+  if term.op is not Ops.MUL: return None
+  for indicator, value in (term.src, term.src[::-1]):
+    if indicator.op is Ops.VECTORIZE and all(s is indicator.src[0] for s in indicator.src): indicator = indicator.src[0]   # lanes alike
+    if (condition := int_equality(indicator)) is not None and condition.dtype.count == 1: return condition, value
+  return None
+
+
 class _Emitter:
-  def __init__(self, sink: UOp):
+  def __init__(self, sink: UOp, gated: bool = False):
+    self.gated = gated                     # one-hot terms are added under an IF (see one_hot_term)
     self.inside = _ranges_of(sink)
     self.out: list[UOp] = []
     self.emitted: dict[UOp, UOp] = {}     # graph node -> the node in `out` that stands for it
@@ -99,16 +114,27 @@ class _Emitter:
     for rng in loops:
       self.emit_range(rng)
       self.scopes.append([])
+    # one-hot terms: each condition's accumulators are updated under an IF, with the values computed only there
+    gates = {m: gate for m in group if self.gated and m.arg is Ops.ADD and (gate := one_hot_term(m.src[0])) is not None}
+    plain = [(m, acc) for m, acc in zip(group, accs) if m not in gates]
     # a chain of multiply-adds through each accumulator pays off once enough accumulators hide its latency
-    terms = {member: product_terms(member) if len(group) >= CHAINED_ACCUMULATORS else [member.src[0]] for member in group}
-    for member in group:
+    terms = {member: product_terms(member) if len(group) >= CHAINED_ACCUMULATORS else [member.src[0]] for member, _ in plain}
+    for member, _ in plain:
       for term in terms[member]: self.emit(term)
+    for member, acc in plain: self.accumulate(member, acc, terms[member])
+    by_condition: dict[UOp, list[tuple[UOp, UOp]]] = {}
     for member, acc in zip(group, accs):
-      total = acc
-      for term in terms[member]:
-        total = total.alu(member.arg, self.emitted[term])
-        self.out.append(total)
-      self.out.append(UOp(Ops.ASSIGN, acc.dtype, (acc, total)))
+      if member in gates: by_condition.setdefault(gates[member][0], []).append((member, acc))
+    for condition, members in by_condition.items():
+      self.emit(condition)
+      branch = UOp(Ops.IF, dtypes.void, (self.emitted[condition],), len(self.out))   # arg: one IF per place
+      self.out.append(branch)
+      self.scopes.append([])
+      for member, acc in members:
+        self.emit(gates[member][1])
+        self.accumulate(member, acc, [gates[member][1]])
+      self.out.append(UOp(Ops.ENDIF, dtypes.void, (branch,)))
+      for node in self.scopes.pop(): del self.emitted[node]   # computed only where the condition held
     for rng in reversed(loops):
       self.out.append(UOp(Ops.ENDRANGE, dtypes.void, (self.emitted[rng],)))
       for node in self.scopes.pop(): del self.emitted[node]   # out of scope once the loop closes
@@ -127,6 +153,14 @@ class _Emitter:
           for member, acc in chunk: self.place(member, self.combine_lanes(acc, op))
         else:
           for (member, _), total in zip(chunk, self.combine_lanes_of_many([acc for _, acc in chunk], op)): self.place(member, total)
+
+  def accumulate(self, member: UOp, acc: UOp, terms: list[UOp]) -> None:
+    """acc = acc op term, term after term, then the ASSIGN that writes the accumulator."""
+    total = acc
+    for term in terms:
+      total = total.alu(member.arg, self.emitted[term])
+      self.out.append(total)
+    self.out.append(UOp(Ops.ASSIGN, acc.dtype, (acc, total)))
 
   def combine_lanes(self, vector: UOp, op: Ops) -> UOp:
     """Combine the lanes of `vector` with `op` as a tree of vector ops: its two halves, then the two halves of
@@ -196,10 +230,11 @@ class _Emitter:
     self.emitted[rng] = rebuilt
 
 
-def linearize(sink: UOp) -> list[UOp]:
+def linearize(sink: UOp, gated: bool = False) -> list[UOp]:
   """Flatten lowered code: the global (output) loops open first, outermost first. A reduce that doesn't depend on
-  the inner global loops is computed before they open (a softmax's row sum: once per row, not per element)."""
-  emitter = _Emitter(sink)
+  the inner global loops is computed before they open (a softmax's row sum: once per row, not per element). With
+  `gated` (renderers that render IF/ENDIF), one-hot terms are added under an IF (see one_hot_term)."""
+  emitter = _Emitter(sink, gated)
   global_ranges = sorted((u for u in emitter.inside[sink] if u.arg[1] == "global"), key=lambda u: u.arg[0])
   opened: set[UOp] = set()
   for rng in global_ranges:
@@ -218,5 +253,6 @@ def linearize_for(kernel: "Kernel", renderer: Any) -> list[UOp]:
   for renderers with `has_local`, GPU workgroup/thread ids."""
   from minigrad.codegen.lowerer import lower
   return linearize(lower(kernel, threaded=getattr(renderer, "threaded_outer_loop", False),
-                         vector_lanes=getattr(renderer, "vector_lanes", False), gpu=getattr(renderer, "has_local", False)))
+                         vector_lanes=getattr(renderer, "vector_lanes", False), gpu=getattr(renderer, "has_local", False)),
+                   gated=getattr(renderer, "gated_reduces", False))
 

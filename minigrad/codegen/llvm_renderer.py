@@ -5,7 +5,9 @@ LLVM IR module with one function `void @name(ptr %data0, ptr %data1, ..., i32 %c
 
 How the uops are spelled:
   - every value is an SSA register named after the uop's position (`%v12`); constants are written inline;
-  - a RANGE is a loop with a phi counter (header / body / latch / exit blocks), ENDRANGE closes it;
+  - a RANGE is a loop with a phi counter (header / body / latch / exit blocks), ENDRANGE closes it; IF / ENDIF
+    (a reduce's one-hot term) is a conditional block; a uop the linearizer emits again inside another such block
+    gets a new register;
   - accumulators (DEFINE_ACC / ASSIGN) live in stack slots (`alloca` in the entry block) that LLVM's
     optimizer turns back into registers;
   - a gated LOAD reads from a zero-filled constant instead of its address when the gate is false (no branch,
@@ -108,6 +110,8 @@ class LLVMRenderer:
   vector_lanes = True
   # CPU-shaped: loops, no workgroups or local memory
   has_local = False
+  # a reduce's one-hot terms are added in a conditional block (see linearizer.one_hot_term)
+  gated_reduces = True
 
   def __init__(self, libmvec_widths: dict[int, str] | None = None, avx512: bool = False):
     """`libmvec_widths`: vector width -> ISA letter of the libmvec variants the target can call (x86: 4 -> "b"
@@ -120,7 +124,7 @@ class LLVMRenderer:
 
 
 # ops that fix their place: loops, memory writes (a STORE may open a basic block), definitions
-_ANCHORS = (Ops.RANGE, Ops.ENDRANGE, Ops.STORE, Ops.DEFINE_ACC, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.SPECIAL, Ops.BARRIER)
+_ANCHORS = (Ops.RANGE, Ops.ENDRANGE, Ops.IF, Ops.ENDIF, Ops.STORE, Ops.DEFINE_ACC, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.SPECIAL, Ops.BARRIER)
 
 
 def interleaved(uops: list[UOp]) -> list[UOp]:
@@ -173,11 +177,16 @@ class _FunctionWriter:
     self.declarations: set[str] = set()
     self.block = "entry"                      # the basic block being written (phi nodes name their predecessors)
     self.temporaries = 0
+    self.defined: set[str] = set()            # registers written so far
     self.zeros_size = 0                       # bytes of the zero constant gated loads fall back to (0: none)
 
   # ---- emitting ----
   def emit(self, u: UOp, text: str, suffix: str = "") -> str:
     register = f"%v{self.position[u]}{suffix}"
+    if register in self.defined:   # a uop rendered again (in each conditional block that needs it): a new register
+      self.temporaries += 1
+      register = f"{register}.{self.temporaries}"
+    self.defined.add(register)
     self.lines.append(f"  {register} = {text}")
     return register
 
@@ -236,6 +245,14 @@ class _FunctionWriter:
     elif op is Ops.CONST: self.names[u] = const_text(u.arg, u.dtype)
     elif op is Ops.RANGE: self.open_loop(u)
     elif op is Ops.ENDRANGE: self.close_loop(u.src[0])
+    elif op is Ops.IF:
+      i = self.position[u]
+      self.instruction(f"br i1 {self.value(u.src[0], u)}, label %if{i}.then, label %if{i}.end")
+      self.label(f"if{i}.then")
+    elif op is Ops.ENDIF:
+      i = self.position[u.src[0]]
+      self.instruction(f"br label %if{i}.end")
+      self.label(f"if{i}.end")
     elif op is Ops.INDEX: self.names[u] = self.address(u)
     elif op is Ops.LOAD: self.names[u] = self.load(u)
     elif op is Ops.STORE: self.store(u)

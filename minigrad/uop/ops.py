@@ -351,11 +351,18 @@ def one_hot_pick(reduce: UOp) -> tuple[UOp, UOp, UOp] | None:
   elif value.op is Ops.WHERE and value.src[2].op is Ops.CONST and value.src[2].arg == 0: pairs = [value.src[:2]]
   else: return None
   for hot, x in pairs:
-    while hot.op is Ops.CAST: hot = hot.src[0]
-    # a == b is written not(a != b)
-    if not (hot.op is Ops.CMPNE and hot.src[1].op is Ops.CONST and hot.src[1].arg is True and hot.src[0].op is Ops.CMPNE): continue
-    for a, arange in (hot.src[0].src, hot.src[0].src[::-1]):
-      if arange.op is Ops.ARANGE and dtypes.is_int(a.dtype): return a, arange, x
+    if (equal := int_equality(hot)) is None: continue
+    for a, arange in (equal.src[0].src, equal.src[0].src[::-1]):
+      if arange.op is Ops.ARANGE: return a, arange, x
+  return None
+
+
+def int_equality(u: UOp) -> UOp | None:
+  """The bool node of `u` (past casts: a 0/1 indicator) when it is a == b for integers a and b, written
+  not(a != b); its operands are `.src[0].src`. Else None."""
+  while u.op is Ops.CAST: u = u.src[0]
+  if u.op is Ops.CMPNE and u.src[1].op is Ops.CONST and u.src[1].arg is True and u.src[0].op is Ops.CMPNE and dtypes.is_int(u.src[0].src[0].dtype):
+    return u
   return None
 
 
