@@ -348,6 +348,22 @@ def test_transposing_copy_takes_lanes_along_the_contiguous_input():
   np.testing.assert_array_equal(t.numpy(), y.T)
 
 
+def test_cat_with_a_transposed_part_gets_lanes():
+  # the gradient of q, k, v split from one projection: a cat whose v part reads its input transposed. The lanes run
+  # along the output; q's and k's parts load whole vectors, v's part lane by lane
+  q, k, v = arr(64, 32), arr(64, 32), arr(32, 64)
+  t = Tensor(q).cat(Tensor(k), Tensor(v).T, dim=1)
+  (item,) = t.schedule()
+  source = get_kernel(item.ast, "CPU").source
+  assert source.count("float_v16 val") == 2 and "float val" in source
+  np.testing.assert_array_equal(t.numpy(), np.concatenate([q, k, v.T], 1))
+  # every part transposed: a transposing copy, in 16x16 blocks
+  t = Tensor(q).T.cat(Tensor(k).T, dim=1)
+  (item,) = t.schedule()
+  assert "__builtin_shufflevector" in get_kernel(item.ast, "CPU").source
+  np.testing.assert_array_equal(t.numpy(), np.concatenate([q.T, k.T], 1))
+
+
 CPU_SHAPED = [d for d in ("CPU", "LLVM") if d in available_devices()]
 
 

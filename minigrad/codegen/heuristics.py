@@ -103,12 +103,18 @@ def _trial(k: Kernel, opt: Opt | None) -> Kernel | None:
   return trial
 
 
-def _lanes_fit(k: Kernel, opt: Opt, scattered_output: bool = False) -> bool:
+def _lanes_fit(k: Kernel, opt: Opt, scattered_output: bool = False, gathered_parts: bool = False) -> bool:
   """After `opt`, is the new (last) dim read contiguously or not at all by every buffer (with `scattered_output`:
-  by every input, one of them contiguously; the output is then written lane by lane)?"""
+  by every input, one of them contiguously; the output is then written lane by lane)? With `gathered_parts`, padded
+  inputs (the parts of a cat) may read it another way, lane by lane, when the output and another input are
+  contiguous along it."""
   trial = _trial(k, opt)
   if trial is None: return False
   strides = [(st is trial.output_st, stride) for st, stride in zip(trial.sts, _strides(trial, trial.shape_len - 1))]
+  if gathered_parts:
+    padded = [st.views[-1].mask is not None for st in trial.sts]
+    return all(stride in (0, 1) or is_padded for (_, stride), is_padded in zip(strides, padded)) and \
+      sum(stride == 1 for _, stride in strides) >= 2 and any(is_output and stride == 1 for is_output, stride in strides)
   if not scattered_output: return all(stride in (0, 1) for _, stride in strides)
   inputs = [stride for is_output, stride in strides if not is_output]
   return all(stride in (0, 1) for stride in inputs) and 1 in inputs
@@ -151,6 +157,12 @@ def _cpu_optimizations(k: Kernel) -> None:
     remainder = axis if size > width else None   # the rest of the split dim stays at `axis`
     if has_reduce: (_one_hot_tile if _sums_one_hot_rows(k) else _register_tile)(k, remainder)
     return
+  # 1a. a cat whose parts don't all run along the output (the gradient of q, k, v split from one projection, v's
+  #     transposed): lanes on the output's contiguous dim anyway, those parts' lanes loaded one by one
+  for axis in reversed(globals_ if not has_reduce else []):
+    if out_strides[axis] != 1: continue
+    width = next((w for w in widths if _lanes_fit(k, Opt("UPCAST", globals_.index(axis), w), gathered_parts=True)), None)
+    if width is not None: return k.apply_opt(Opt("UPCAST", globals_.index(axis), width))
   # 1b. a transposing copy: lanes along the dim the input reads contiguously, and as many rows of the output's
   #     contiguous dim per trip when it has whole blocks of them: each trip moves a square block, whose stores the
   #     vectorizer transposes by shuffles (vectorize.transposed_stores). Else the output is written lane by lane
