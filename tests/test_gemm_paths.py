@@ -76,6 +76,8 @@ def matmul_cases():
   yield "x @ w.T (MLP forward)", Tensor(s) @ Tensor(w).T, s @ w.T
   tok, lw = arr(8, 64, 128), arr(384, 128)   # a Linear over a batch's tokens: 8 x 64 rows reuse the transposed weight
   yield "packed, x @ w.T over tokens", Tensor(tok) @ Tensor(lw).T, tok @ lw.T
+  qh, kh = arr(2, 3, 64, 32), arr(2, 3, 64, 32)   # attention's scores: k transposed per head, a short k of 32
+  yield "packed, q @ k.T per head over 32 dims", Tensor(qh) @ Tensor(kh).transpose(-1, -2), qh @ kh.transpose(0, 1, 3, 2)
   g, h = arr(128, 784), arr(128, 256)
   yield "x.T @ dy (weight gradient)", Tensor(g).T @ Tensor(h), g.T @ h
   yield "dy.T @ x (nn.Linear's weight gradient)", Tensor(h).T @ Tensor(g), h.T @ g

@@ -12,7 +12,9 @@ the same few cache sets, so unpacked strips evict each other.)
 A transposed b (its columns a row apart: w in `x @ w.T`, a Linear layer's (out, in) weight) is packed whatever its
 size once MIN_ROWS_TRANSPOSED output rows reuse it. Unpacked, the kernel can only take dot products along k, one
 horizontal sum per output; packed, it gets the same vector tiles as `x @ w` (1024x128 @ (512x128).T: 0.61 -> 0.47 ms
-with the copy, on 2 AVX-512 cores).
+with the copy, on 2 AVX-512 cores). So is one with a short k (under MIN_REDUCE), once MIN_ROWS_SHORT_K rows reuse it,
+also one per batch: attention's scores q @ k.T per head over 32 dims, where a dot product would end after two trips
+in 16 horizontal sums (the small GPT's four such products: 180-290 -> 80-150 us each, the copies included).
 
 The other operand, a in a[i, k], is read one row per tile row and trip of the reduce loop. When it lies k-major (a
 weight gradient's dy.T, its rows i side by side) with its k rows a multiple of 2 KB apart (so they share a few cache
@@ -33,6 +35,7 @@ MIN_PACKED_BYTES = 1 << 20    # smaller operands stay in the L2 cache as they ar
 MIN_ROWS = 64                 # the packed copy must be reused by at least this many output rows
 MIN_ROWS_TRANSPOSED = 256     # ... when b is transposed: fewer rows run faster on dot products along k as b lies
 MIN_REDUCE = 64               # and be long enough in k to pay for the copy
+MIN_ROWS_SHORT_K = 32         # ... except a transposed b (also one per batch) with a shorter k, once this many rows reuse it
 ALIASED_ROW_BYTES = 2048      # a k-major first operand whose rows are a multiple of this apart is copied row-major
 PACKED_DEVICES = ("CPU", "LLVM")   # a layout for CPU caches
 
@@ -79,33 +82,44 @@ def _packing_plan(item, load: UOp):
   used = [a for a, stride in enumerate(view.strides) if stride != 0]
   k_axes = [a for a in used if a in reduce_axes]   # several when the sum runs over more dims (a batch and its tokens)
   j_axes = [a for a in used if a not in reduce_axes]
-  if len(j_axes) != 1 or not k_axes or k_axes != list(range(k_axes[0], k_axes[-1] + 1)): return None
-  j_axis = j_axes[0]
+  if not j_axes or not k_axes or k_axes != list(range(k_axes[0], k_axes[-1] + 1)): return None
   # the k dims must read b as one dim: each one's stride is the next one's times its size
   if any(view.strides[a] != view.strides[a + 1] * view.shape[a + 1] for a in k_axes[:-1]): return None
   store = next(n for n in item.ast.toposort if n.op is Ops.STORE)
   out_view = store.src[1].arg.views[-1]
-  if len(store.src[1].arg.views) != 1 or out_view.strides[j_axis] != 1: return None   # j must be the output's contiguous dim
+  if len(store.src[1].arg.views) != 1: return None
+  # j must be the output's contiguous dim; b's other output dims are batch dims (a batched product: b per head)
+  j_axis = next((a for a in j_axes if out_view.strides[a] == 1), None)
+  if j_axis is None: return None
+  batch_axes = [a for a in j_axes if a != j_axis]
   J, K = view.shape[j_axis], prod(view.shape[a] for a in k_axes)
-  rows = [a for a, size in enumerate(view.shape) if a != j_axis and a not in reduce_axes and size > 1]
+  rows = [a for a, size in enumerate(view.shape) if a not in j_axes and a not in reduce_axes and size > 1]
   width = next((w for w in PANEL_WIDTHS if J % w == 0), None)
   s_j, s_k = view.strides[j_axis], view.strides[k_axes[-1]]
-  if width is None or K < MIN_REDUCE: return None
   # b's columns a row apart (x @ w.T, w stored (out, in)): the copy is what makes the product's tiles whole vectors
   transposed = s_j != 1
-  if not transposed and J * K * 4 < MIN_PACKED_BYTES: return None
-  if not rows: return None
+  if width is None or not rows or (batch_axes and not transposed): return None
+  reuse = prod(view.shape[a] for a in rows + batch_axes)
+  if transposed and K < MIN_REDUCE:
+    # a short k (attention's q @ k.T over a head's 32 dims): dot products would end after 2 trips in 16 horizontal sums
+    if prod(view.shape[a] for a in rows) < MIN_ROWS_SHORT_K: return None
+  elif K < MIN_REDUCE: return None
   # every row dim reads b at the same place: a transposed b is reused by all of them (a batch's tokens, say)
-  if (prod(view.shape[a] for a in rows) < MIN_ROWS_TRANSPOSED) if transposed else (max(view.shape[a] for a in rows) < MIN_ROWS): return None
+  elif transposed and (batch_axes or reuse < MIN_ROWS_TRANSPOSED): return None
+  elif not transposed and (J * K * 4 < MIN_PACKED_BYTES or max(view.shape[a] for a in rows) < MIN_ROWS): return None
   if any(view.shape[a] > 1 for a in reduce_axes - set(k_axes)): return None
-  # the copy: packed[p][k][c] = b[(p * width + c) * s_j + k * s_k + offset]
-  panels = View.create((J // width, K, width))
-  pack_view = ShapeTracker((View.create(panels.shape, (width * s_j, s_k, s_j), view.offset),))
-  # the product reads packed[j // width][k][j % width] at kernel coordinates (..., j, ..., k dims, ...)
-  as_jk = ShapeTracker.from_shape(panels.shape).permute((0, 2, 1)).reshape((J,) + tuple(view.shape[a] for a in k_axes))
-  if k_axes[0] < j_axis: as_jk = as_jk.permute(tuple(range(1, len(k_axes) + 1)) + (0,))
-  with_ones = tuple(size if a == j_axis or a in k_axes else 1 for a, size in enumerate(view.shape))
-  packed_view = as_jk.reshape(with_ones).expand(view.shape)
+  # the copy: packed[batch...][p][k][c] = b[batch offsets + (p * width + c) * s_j + k * s_k + offset]
+  batch = tuple(view.shape[a] for a in batch_axes)
+  panels = View.create(batch + (J // width, K, width))
+  pack_view = ShapeTracker((View.create(panels.shape, tuple(view.strides[a] for a in batch_axes) + (width * s_j, s_k, s_j), view.offset),))
+  # the product reads packed[batch...][j // width][k][j % width] at kernel coordinates (..., j, ..., k dims, ...)
+  nb = len(batch)
+  as_bjk = ShapeTracker.from_shape(panels.shape).permute(tuple(range(nb)) + (nb, nb + 2, nb + 1)) \
+    .reshape(batch + (J,) + tuple(view.shape[a] for a in k_axes))
+  axes = batch_axes + [j_axis] + k_axes   # the kernel axis of each of as_bjk's dims
+  as_bjk = as_bjk.permute(tuple(axes.index(a) for a in sorted(axes)))
+  with_ones = tuple(size if a in axes else 1 for a, size in enumerate(view.shape))
+  packed_view = as_bjk.reshape(with_ones).expand(view.shape)
   return load, packed_view, pack_view, panels
 
 
@@ -142,9 +156,10 @@ def _row_major_plan(item, load: UOp):
 
 
 def _copy_ast(dtype, pack_view: ShapeTracker, panels: View) -> UOp:
-  """A copy of panels loops over k outermost (then panel, then column): b is read row by row, in order. A row-major
-  copy of `a` loops over its rows."""
-  order = (1, 0, 2) if len(panels.shape) == 3 else (0, 1)
+  """A copy of panels loops over k outermost (after any batch dims; then panel, then column): b is read row by row,
+  in order. A row-major copy of `a` loops over its rows."""
+  nb = len(panels.shape) - 3
+  order = tuple(range(nb)) + (nb + 1, nb, nb + 2) if nb >= 0 else (0, 1)
   source = UOp(Ops.LOAD, dtype, (UOp(Ops.DEFINE_GLOBAL, dtype.ptr(), (), 1), UOp(Ops.VIEW, arg=pack_view.permute(order))))
   store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, dtype.ptr(), (), 0), UOp(Ops.VIEW, arg=ShapeTracker((panels,)).permute(order)), source))
   return UOp(Ops.SINK, dtypes.void, (store,))
