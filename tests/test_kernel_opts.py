@@ -389,6 +389,21 @@ def test_embedding_gradient_adds_each_token_under_one_branch(device):
   np.testing.assert_allclose(emb.weight.grad.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("device", CPU_SHAPED)
+def test_one_hot_where_sum_branches_too(device):
+  # the same sum written where(id == v, grad, 0)
+  from minigrad import dtypes
+  vocab, width, tokens = 300, 96, 200
+  ids, g = rng.integers(0, vocab, tokens).astype(np.int32), arr(tokens, width)
+  hot = Tensor(ids, device=device).reshape(tokens, 1, 1) == Tensor.arange(vocab, dtype=dtypes.int32, device=device).reshape(1, vocab, 1)
+  out = hot.where(Tensor(g, device=device).reshape(tokens, 1, width), 0.0).sum(0)
+  source = get_kernel(out.schedule()[-1].ast, device).source
+  assert source.count("if (" if device == "CPU" else ".then:") == 1
+  expected = np.zeros((vocab, width), np.float32)
+  np.add.at(expected, ids, g)
+  np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_float_equality_in_a_reduce_is_not_a_branch():
   # max pooling's backward sums (x == max) * grad: true for one of 4, and float, so no branch on it
   x = Tensor(arr(2, 3, 8, 8), requires_grad=True)

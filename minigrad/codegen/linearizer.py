@@ -56,11 +56,18 @@ def one_hot_term(term: UOp) -> tuple[UOp, UOp] | None:
   """(condition, value) when `term`, what a reduce adds per trip, is value * (a == b) for integers a and b, the same
   for every lane: a one-hot product, as an embedding's gradient sums a token's gradient row into the row of its id
   (sum over tokens t of (id[t] == v) * grad[t]). The condition is true for one v in the vocabulary."""
-  if term.op is not Ops.MUL: return None
-  for indicator, value in (term.src, term.src[::-1]):
+  if term.op is Ops.MUL: pairs = [term.src, term.src[::-1]]
+  elif term.op is Ops.WHERE and _is_zero(term.src[2]): pairs = [term.src[:2]]   # where(a == b, value, 0)
+  else: return None
+  for indicator, value in pairs:
     if indicator.op is Ops.VECTORIZE and all(s is indicator.src[0] for s in indicator.src): indicator = indicator.src[0]   # lanes alike
     if (condition := int_equality(indicator)) is not None and condition.dtype.count == 1: return condition, value
   return None
+
+
+def _is_zero(u: UOp) -> bool:
+  if u.op is Ops.VECTORIZE and all(s is u.src[0] for s in u.src): u = u.src[0]
+  return u.op is Ops.CONST and u.arg == 0
 
 
 class _Emitter:
