@@ -53,9 +53,10 @@ def product_terms(reduce: UOp) -> list[UOp]:
 
 
 def one_hot_term(term: UOp) -> tuple[UOp, UOp] | None:
-  """(condition, value) when `term`, what a reduce adds per trip, is value * (a == b) for integers a and b, the same
-  for every lane: a one-hot product, as an embedding's gradient sums a token's gradient row into the row of its id
-  (sum over tokens t of (id[t] == v) * grad[t]). The condition is true for one v in the vocabulary."""
+  """(condition, value) when `term`, what a reduce adds per trip, is value * (a == b) or where(a == b, value, 0) for
+  integers a and b, the condition the same for every lane: a one-hot product, as an embedding's gradient sums a
+  token's gradient row into the row of its id (sum over tokens t of (id[t] == v) * grad[t]). The condition is true
+  for one v in the vocabulary."""
   if term.op is Ops.MUL: pairs = [term.src, term.src[::-1]]
   elif term.op is Ops.WHERE and _is_zero(term.src[2]): pairs = [term.src[:2]]   # where(a == b, value, 0)
   else: return None
