@@ -25,6 +25,7 @@ W = 64, 8 x 2 for W = 32: the tiles with the fewest loads per multiply-add), so 
 panel.
 """
 from __future__ import annotations
+from typing import NamedTuple
 from minigrad.dtype import dtypes
 from minigrad.helpers import prod
 from minigrad.uop.ops import UOp, Ops, one_hot_pick
@@ -70,24 +71,46 @@ def _reduce_loads(ast: UOp) -> list[UOp]:
   return [n for n in reduces[0].src[0].toposort if n.op is Ops.LOAD]
 
 
-def _packing_plan(item, load: UOp):
-  """(load, the view reading the packed copy, the view the copy reads b through, the copy's shape as a View)
-  when `load` is a matmul operand worth packing, else None."""
+class _Operand(NamedTuple):
+  view: View              # how the kernel reads the operand
+  reduce_axes: set[int]
+  k_axes: list[int]       # the reduce dims it reads, consecutive, reading it as one dim
+  out_axes: list[int]     # the output dims it reads
+  out_view: View          # how the kernel writes its output
+
+
+def _operand(item, load: UOp) -> _Operand | None:
+  """`load` as a matmul operand: float32, read through one unmasked view along output dims and a run of reduce dims
+  that read it as one dim (several when the sum runs over a batch and its tokens), which are all the kernel sums
+  over; the output written through one view. Else None."""
   st: ShapeTracker = load.src[1].arg
-  if len(st.views) != 1 or load.dtype.itemsize != 4: return None
+  if len(st.views) != 1 or load.dtype.itemsize != 4 or st.views[0].mask is not None: return None
   view = st.views[0]
-  if view.mask is not None: return None
   reduce = next(n for n in item.ast.toposort if n.op is Ops.REDUCE_AXIS)
   reduce_axes = set(reduce.arg[1])
   used = [a for a, stride in enumerate(view.strides) if stride != 0]
-  k_axes = [a for a in used if a in reduce_axes]   # several when the sum runs over more dims (a batch and its tokens)
-  j_axes = [a for a in used if a not in reduce_axes]
-  if not j_axes or not k_axes or k_axes != list(range(k_axes[0], k_axes[-1] + 1)): return None
-  # the k dims must read b as one dim: each one's stride is the next one's times its size
+  k_axes = [a for a in used if a in reduce_axes]
+  out_axes = [a for a in used if a not in reduce_axes]
+  if not out_axes or not k_axes or k_axes != list(range(k_axes[0], k_axes[-1] + 1)): return None
+  # the k dims must read the operand as one dim: each one's stride is the next one's times its size
   if any(view.strides[a] != view.strides[a + 1] * view.shape[a + 1] for a in k_axes[:-1]): return None
+  if any(view.shape[a] > 1 for a in reduce_axes - set(k_axes)): return None
   store = next(n for n in item.ast.toposort if n.op is Ops.STORE)
-  out_view = store.src[1].arg.views[-1]
   if len(store.src[1].arg.views) != 1: return None
+  return _Operand(view, reduce_axes, k_axes, out_axes, store.src[1].arg.views[-1])
+
+
+def _seen_by_kernel(st: ShapeTracker, axes: list[int], view: View) -> ShapeTracker:
+  """`st`, whose dims run along the kernel axes `axes` in that order, at the kernel's coordinates (`view`'s shape)."""
+  st = st.permute(tuple(axes.index(a) for a in sorted(axes)))
+  return st.reshape(tuple(size if a in axes else 1 for a, size in enumerate(view.shape))).expand(view.shape)
+
+
+def _packing_plan(item, load: UOp):
+  """(load, the view reading the packed copy, the view the copy reads b through, the copy's shape as a View)
+  when `load` is a matmul operand worth packing, else None."""
+  if (operand := _operand(item, load)) is None: return None
+  view, reduce_axes, k_axes, j_axes, out_view = operand
   # j must be the output's contiguous dim; b's other output dims are batch dims (a batched product: b per head)
   j_axis = next((a for a in j_axes if out_view.strides[a] == 1), None)
   if j_axis is None: return None
@@ -107,7 +130,6 @@ def _packing_plan(item, load: UOp):
   # every row dim reads b at the same place: a transposed b is reused by all of them (a batch's tokens, say)
   elif transposed and (batch_axes or reuse < MIN_ROWS_TRANSPOSED): return None
   elif not transposed and (J * K * 4 < MIN_PACKED_BYTES or max(view.shape[a] for a in rows) < MIN_ROWS): return None
-  if any(view.shape[a] > 1 for a in reduce_axes - set(k_axes)): return None
   # the copy: packed[batch...][p][k][c] = b[batch offsets + (p * width + c) * s_j + k * s_k + offset]
   batch = tuple(view.shape[a] for a in batch_axes)
   panels = View.create(batch + (J // width, K, width))
@@ -116,11 +138,7 @@ def _packing_plan(item, load: UOp):
   nb = len(batch)
   as_bjk = ShapeTracker.from_shape(panels.shape).permute(tuple(range(nb)) + (nb, nb + 2, nb + 1)) \
     .reshape(batch + (J,) + tuple(view.shape[a] for a in k_axes))
-  axes = batch_axes + [j_axis] + k_axes   # the kernel axis of each of as_bjk's dims
-  as_bjk = as_bjk.permute(tuple(axes.index(a) for a in sorted(axes)))
-  with_ones = tuple(size if a in axes else 1 for a, size in enumerate(view.shape))
-  packed_view = as_bjk.reshape(with_ones).expand(view.shape)
-  return load, packed_view, pack_view, panels
+  return load, _seen_by_kernel(as_bjk, batch_axes + [j_axis] + k_axes, view), pack_view, panels
 
 
 def _row_major_plan(item, load: UOp):
@@ -131,31 +149,18 @@ def _row_major_plan(item, load: UOp):
   torch's speed). The copy writes a row-major, transposing 16x16 blocks (see codegen.heuristics, rule 1b), and the
   product reads each row as one stream (0.88x, the copy included). Rows 1.5 KB apart (384 floats) run as fast
   unpacked."""
-  st: ShapeTracker = load.src[1].arg
-  if len(st.views) != 1 or load.dtype.itemsize != 4 or st.views[0].mask is not None: return None
-  view = st.views[0]
-  reduce = next(n for n in item.ast.toposort if n.op is Ops.REDUCE_AXIS)
-  reduce_axes = set(reduce.arg[1])
-  used = [a for a, stride in enumerate(view.strides) if stride != 0]
-  k_axes = [a for a in used if a in reduce_axes]
-  i_axes = [a for a in used if a not in reduce_axes]
-  if len(i_axes) != 1 or not k_axes or k_axes != list(range(k_axes[0], k_axes[-1] + 1)): return None
-  if any(view.strides[a] != view.strides[a + 1] * view.shape[a + 1] for a in k_axes[:-1]): return None
-  i_axis = i_axes[0]
-  store = next(n for n in item.ast.toposort if n.op is Ops.STORE)
-  out_view = store.src[1].arg.views[-1]
+  if (operand := _operand(item, load)) is None or len(operand.out_axes) != 1: return None
+  view, reduce_axes, k_axes, (i_axis,), out_view = operand
   # i: rows of the output, side by side in a
-  if len(store.src[1].arg.views) != 1 or out_view.strides[i_axis] == 1 or view.strides[i_axis] != 1: return None
+  if out_view.strides[i_axis] == 1 or view.strides[i_axis] != 1: return None
   I, K = view.shape[i_axis], prod(view.shape[a] for a in k_axes)
   columns = prod(size for a, size in enumerate(view.shape) if a != i_axis and a not in reduce_axes)
   if I * K * 4 < MIN_PACKED_BYTES or view.strides[k_axes[-1]] * 4 % ALIASED_ROW_BYTES: return None
-  if K < MIN_REDUCE or columns < MIN_ROWS or any(view.shape[a] > 1 for a in reduce_axes - set(k_axes)): return None
+  if K < MIN_REDUCE or columns < MIN_ROWS: return None
   rows = View.create((I, K))
   pack_view = ShapeTracker((View.create(rows.shape, (1, view.strides[k_axes[-1]]), view.offset),))
   as_ik = ShapeTracker.from_shape(rows.shape).reshape((I,) + tuple(view.shape[a] for a in k_axes))
-  if k_axes[0] < i_axis: as_ik = as_ik.permute(tuple(range(1, len(k_axes) + 1)) + (0,))
-  with_ones = tuple(size if a == i_axis or a in k_axes else 1 for a, size in enumerate(view.shape))
-  return load, as_ik.reshape(with_ones).expand(view.shape), pack_view, rows
+  return load, _seen_by_kernel(as_ik, [i_axis] + k_axes, view), pack_view, rows
 
 
 def _copy_ast(dtype, pack_view: ShapeTracker, panels: View) -> UOp:
