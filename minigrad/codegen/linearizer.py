@@ -58,17 +58,16 @@ def one_hot_term(term: UOp) -> tuple[UOp, UOp] | None:
   token's gradient row into the row of its id (sum over tokens t of (id[t] == v) * grad[t]). The condition is true
   for one v in the vocabulary."""
   if term.op is Ops.MUL: pairs = [term.src, term.src[::-1]]
-  elif term.op is Ops.WHERE and _is_zero(term.src[2]): pairs = [term.src[:2]]   # where(a == b, value, 0)
+  elif term.op is Ops.WHERE and (zero := _one_lane(term.src[2])).op is Ops.CONST and zero.arg == 0: pairs = [term.src[:2]]
   else: return None
   for indicator, value in pairs:
-    if indicator.op is Ops.VECTORIZE and all(s is indicator.src[0] for s in indicator.src): indicator = indicator.src[0]   # lanes alike
-    if (condition := int_equality(indicator)) is not None and condition.dtype.count == 1: return condition, value
+    if (condition := int_equality(_one_lane(indicator))) is not None and condition.dtype.count == 1: return condition, value
   return None
 
 
-def _is_zero(u: UOp) -> bool:
-  if u.op is Ops.VECTORIZE and all(s is u.src[0] for s in u.src): u = u.src[0]
-  return u.op is Ops.CONST and u.arg == 0
+def _one_lane(u: UOp) -> UOp:
+  """The value in every lane of a VECTORIZE of one value (a broadcast), else `u` itself."""
+  return u.src[0] if u.op is Ops.VECTORIZE and all(s is u.src[0] for s in u.src) else u
 
 
 class _Emitter:
