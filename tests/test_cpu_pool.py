@@ -2,6 +2,8 @@
 parts over the threads, from several Python threads at once, and in a forked child."""
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 import numpy as np
 import pytest
@@ -116,3 +118,37 @@ def test_kernels_without_an_entry_point_are_called_directly():
   program(out.opaque, vals=(8,))
   np.testing.assert_array_equal(out.numpy(), np.arange(8, dtype=np.float32))
   with pytest.raises(RuntimeError, match="fill_entry"): program.launch((out.opaque,), None, 0)
+
+
+# Each part of a threaded kernel may store only into its own iterations' elements: a store into another part's,
+# even of the value that was there, can undo what that part's thread wrote meanwhile. Part g of this kernel owns the
+# pages g, g+3, g+6...; the others are made read-only, so a stray store is a segfault, in a child process.
+# gcc 12 at -O2 did store there: iteration g+3's row r-1 is iteration g's row r, and predictive commoning kept
+# such elements in registers from the part's start and stored them at its end (see GCC_FLAGS in ops_cpu).
+STORES_ONLY_ITS_OWN_PART = r"""
+import ctypes, mmap, sys
+import numpy as np
+from minigrad.runtime import ops_cpu
+part, page = int(sys.argv[1]), mmap.PAGESIZE
+width = page // 4   # floats per page
+rows = "\n".join(f"    out[g*{width} + {3 * row * width}] = in[g*{width} + {3 * row * width}] * 2.0f;" for row in range(16))
+source = f"void rows(float *restrict out, const float *restrict in, int start, int end) {{\n  for (long g = start; g < end; g++) {{\n{rows}\n  }}\n}}\n"
+function = ops_cpu.load_library(ops_cpu.CCompiler().compile(source)).rows
+function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+memory = mmap.mmap(-1, 48 * page)
+out, data = np.frombuffer(memory, np.float32), np.arange(48 * width, dtype=np.float32)
+libc = ctypes.CDLL(None)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+for other in (p for p in range(48) if p % 3 != part):
+  assert libc.mprotect(out.ctypes.data + other * page, page, mmap.PROT_READ) == 0
+function(out.ctypes.data, data.ctypes.data, part, part + 1)
+mine = slice(part * width, None, 3 * width)
+assert (out[mine] == data[mine] * 2).all()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mprotect through ctypes, as on Linux")
+@pytest.mark.parametrize("part", [0, 1, 2])
+def test_a_part_stores_only_into_its_own_elements(part):
+  child = subprocess.run([sys.executable, "-c", STORES_ONLY_ITS_OWN_PART, str(part)], capture_output=True, text=True, timeout=120)
+  assert child.returncode == 0, f"part {part} stored outside its elements (exit {child.returncode}): {child.stderr[-2000:]}"
