@@ -20,8 +20,9 @@ def getenv(key: str, default: Any = 0) -> Any:
   return type(default)(value)
 
 
+@functools.cache
 def cpu_threads() -> int:
-  """How many threads CPU kernels use: $CPU_THREADS, else one per core."""
+  """How many threads CPU kernels use: $CPU_THREADS, else one per core (read once: os.cpu_count() reads a file)."""
   return max(1, getenv("CPU_THREADS", os.cpu_count() or 1))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 import atexit
+import functools
 import weakref
 from minigrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, colored, getenv, prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, pretty
@@ -69,6 +70,9 @@ class CompiledKernel:
   @property
   def outputs(self) -> int: return len(self.kernel.ast.src)   # the first buffers, each stored by one STORE of the SINK
 
+  @functools.cached_property
+  def work(self) -> int: return prod(self.kernel.full_shape)   # loop iterations in all: is a second thread worth it
+
   def _check_once(self, buffers: list[Buffer]) -> None:
     if (sizes := tuple(b.size for b in buffers)) not in self.checked_sizes:
       self.check_bounds(buffers)
@@ -79,11 +83,11 @@ class CompiledKernel:
     device launches kernels its own way (GPUs, the PYTHON interpreter). `buffers` must be allocated."""
     if getattr(self.program, "entry", None) is None: return None
     self._check_once(buffers)
-    return self.program.launch(tuple(buffers[i].opaque for i in self.buffer_args), self.outer_loop, prod(self.kernel.full_shape))
+    return self.program.launch(tuple(buffers[i].opaque for i in self.buffer_args), self.outer_loop, self.work)
 
   def __call__(self, buffers: list[Buffer], wait: bool = False) -> float | None:
     self._check_once(buffers)
-    extra = {} if self.outer_loop is None else {"outer_loop": self.outer_loop, "work": prod(self.kernel.full_shape)}
+    extra = {} if self.outer_loop is None else {"outer_loop": self.outer_loop, "work": self.work}
     if self.launch_dims is not None: extra = {"global_size": self.launch_dims[0], "local_size": self.launch_dims[1]}
     return self.program(*[buffers[i].opaque for i in self.buffer_args], wait=wait, **extra)
 
