@@ -123,6 +123,8 @@ SIGNED = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 INTS = UNSIGNED + SIGNED
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 ALL_DTYPES = (dtypes.bool,) + INTS + FLOATS
+# native-order numpy dtype -> the first DType of ALL_DTYPES stored as it (reversed: the first one is written last)
+_FROM_NUMPY: dict[np.dtype, DType] = {np.dtype(d.fmt): d for d in reversed(ALL_DTYPES) if d.fmt is not None}
 # torch / numpy spellings and the C-like names of tinygrad
 NAMED = {**{d.name: d for d in ALL_DTYPES}, "float32": dtypes.float32, "float64": dtypes.float64,
          "float16": dtypes.float16, "int32": dtypes.int32, "int64": dtypes.int64, "int8": dtypes.int8,
@@ -154,10 +156,10 @@ def to_numpy(dt: DType) -> np.dtype:
 
 def from_numpy(npdt: np.dtype | type) -> DType:
   """The DType of a numpy dtype (either byte order)."""
+  if isinstance(npdt, np.dtype) and (found := _FROM_NUMPY.get(npdt)) is not None: return found   # the common case: one lookup
   npdt = np.dtype(npdt)
   if npdt.byteorder not in "=|": npdt = npdt.newbyteorder("=")
-  for d in ALL_DTYPES:
-    if d.fmt is not None and np.dtype(d.fmt) == npdt: return d
+  if (found := _FROM_NUMPY.get(npdt)) is not None: return found
   raise TypeError(f"numpy dtype {npdt} is not supported; supported: {', '.join(d.name for d in ALL_DTYPES)}")
 
 

@@ -273,6 +273,7 @@ class _DeviceRegistry:
   @staticmethod
   def canonicalize(name: str) -> str:
     """"cpu", "CPU", "CPU:0" -> "CPU". Unknown names raise ValueError listing the valid ones."""
+    if name in DEVICE_NAMES: return name   # already canonical: the common case, called for every new buffer
     base = name.split(":", 1)[0].strip().upper() if isinstance(name, str) else None
     if base not in DEVICE_NAMES:
       raise ValueError(f"unknown device {name!r}; valid devices are {', '.join(DEVICE_NAMES)}")
