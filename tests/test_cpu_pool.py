@@ -1,10 +1,12 @@
 """The C thread pool of the CPU devices (minigrad/runtime/cpu_pool.c): lists of launches run in order, split into
 parts over the threads, from several Python threads at once, and in a forked child."""
+import ctypes
 import multiprocessing
 import os
 import subprocess
 import sys
 import threading
+import time
 import numpy as np
 import pytest
 from minigrad import Tensor
@@ -89,6 +91,47 @@ def test_each_thread_takes_the_same_share_of_consecutive_launches():
     launches.run()
     halves += bool((first == second).all() and (first[:4] == first[0]).all() and (first[4:] == first[4]).all())
   assert halves >= 10, f"the threads ran the same halves of both launches in only {halves} of 20 runs"
+
+
+WHERE_RAN = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+void where_ran(long *restrict out, int start, int end) {   /* each iteration: 100 us of work, then the thread and its CPU */
+  for (int i = start; i < end; i++) {
+    double until = now() + 100e-6; while (now() < until) {}
+    out[2 * i] = (long)pthread_self(); out[2 * i + 1] = sched_getcpu();
+  }
+}
+void where_ran_entry(void *const *bufs, int start, int end) { where_ran((long *)bufs[0], start, end); }
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or ops_cpu.cpu_threads() != 2 or len(os.sched_getaffinity(0)) < 2,
+                    reason="a worker and the caller on two of the CPUs of Linux")
+def test_a_woken_worker_leaves_the_callers_cpu():
+  # After a pause the worker sleeps, and Linux tends to wake it on the CPU of the thread that wakes it: the caller's.
+  # The two then shared one core while the other idled (a 64 MB row sum at 20-30 instead of 35-40 GB/s); the
+  # worker now moves to another CPU. The caller is held on one CPU here, so whatever the worker ran ran beside it.
+  program = ops_cpu.CPUProgram("where_ran", ops_cpu.CCompiler().compile(WHERE_RAN))
+  log = np.zeros(16, np.int64)
+  launches = LaunchList([(program.entry, [log.ctypes.data], 8, 8)])
+  libc = ctypes.CDLL(None)
+  libc.pthread_self.restype = ctypes.c_ulong
+  caller, allowed = ctypes.c_long(libc.pthread_self()).value, os.sched_getaffinity(0)
+  cpu = min(allowed)
+  launches.run()   # the worker starts with this thread's affinity: all the CPUs
+  os.sched_setaffinity(0, {cpu})   # this thread only
+  try:
+    shared = []
+    for run in range(20):
+      time.sleep(0.02)   # longer than the worker spins before it sleeps
+      launches.run()
+      shared += [run for thread, on in zip(log[0::2], log[1::2]) if thread != caller and on == cpu]
+  finally: os.sched_setaffinity(0, allowed)
+  assert not shared, f"the worker ran parts on the caller's CPU in runs {sorted(set(shared))} of 20"
 
 
 def _in_child(queue) -> None:
