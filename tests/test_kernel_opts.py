@@ -195,12 +195,43 @@ def test_conv_is_simd_with_masked_loads_for_the_padding(padding):
   np.testing.assert_allclose(t.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_row_sum_takes_lanes_from_the_reduce_dim():
+@pytest.mark.parametrize("halves, opts", [(False, [Opt("UNROLL", 0, 16)]), (True, [Opt("UNROLL", 0, 8), Opt("UNROLL", 0, 4)])])
+def test_row_sum_takes_lanes_from_the_reduce_dim(monkeypatch, halves, opts):
+  # 16 lanes, or 8 (and 4 vectors per trip) on a CPU that runs 64-byte vectors as two halves
+  from minigrad.codegen import heuristics
+  monkeypatch.setattr(heuristics, "cpu_halves_wide_vectors", lambda: halves)
   x = arr(8, 64)
   t = Tensor(x).sum(1)
   (item,) = t.schedule()
-  assert get_kernel(item.ast, "CPU").kernel.applied_opts == [Opt("UNROLL", 0, 16)]
+  kernel = Kernel(item.ast)
+  heuristics.hand_coded_optimizations(kernel)
+  assert kernel.applied_opts == opts
   np.testing.assert_allclose(t.numpy(), x.sum(1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_row_sum_keeps_an_accumulator_per_vector_of_a_trip(lanes):
+  # 4 vectors per trip, 4 accumulators (then combined, then their lanes: a fifth): independent chains, and 4 x 8
+  # partial sums of 2^17 float32 values (one 8-lane accumulator was 4e-6 off here)
+  x = np.arange(1 << 17, dtype=np.float32)
+  t = ((Tensor(x) + 1) * 2).reshape(1, -1).sum(1)
+  (item,) = t.schedule()
+  program = get_kernel(item.ast, "CPU", [Opt("UNROLL", 0, lanes), Opt("UNROLL", 0, 4)])
+  assert sum(u.op is Ops.DEFINE_ACC for u in program.uops) == 5
+  buffers = [buffer_of(b).allocate() for b in item.bufs]
+  program(buffers)
+  np.testing.assert_allclose(buffers[0].numpy().view(np.float32), ((x.astype(np.float64) + 1) * 2).sum(keepdims=True), rtol=1e-6)
+
+
+def test_dot_products_keep_wide_lanes_on_every_cpu(monkeypatch):
+  # x @ w.T reads both operands along the reduce dim: its register tile shares each loaded vector, not a stream
+  from minigrad.codegen import heuristics
+  monkeypatch.setattr(heuristics, "cpu_halves_wide_vectors", lambda: True)
+  a, w = arr(32, 256), arr(64, 256)
+  (item,) = (Tensor(a) @ Tensor(w).T).schedule()
+  kernel = Kernel(item.ast)
+  heuristics.hand_coded_optimizations(kernel)
+  assert kernel.applied_opts[0] == Opt("UNROLL", 0, 16) and any(o.op == "UPCAST" for o in kernel.applied_opts)
 
 
 @pytest.mark.parametrize("opt, message", [
