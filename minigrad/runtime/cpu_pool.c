@@ -21,8 +21,9 @@
 
    Where the threads run (Linux): a worker woken from its sleep is often put on the CPU of the thread that woke
    it, the caller, and both then share that one core for many batches while the other idles (a 64 MB row sum
-   ran at 20-30 GB/s instead of 35-40 after a pause). So each batch notes the caller's CPU, and a worker that finds
-   itself on it moves to a CPU of its own: worker t to the t-th allowed CPU after the caller's. */
+   ran at 20-30 GB/s instead of 35-40 after a pause). So each batch notes the caller's CPU, and worker t keeps to
+   the t-th allowed CPU after it: pinned there in its first batch, and again whenever it finds itself on the
+   caller's CPU (the caller, never pinned, moved). With fewer CPUs than threads the workers are left unpinned. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE   /* sched_getcpu, pthread_setaffinity_np */
 #endif
@@ -83,10 +84,13 @@ static void read_allowed_cpus(void) {
   for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) if (CPU_ISSET(cpu, &set)) allowed_cpus[allowed_count++] = cpu;
 }
 
-/* Worker t, on the caller's CPU, moves to the t-th allowed CPU after it (when there are enough to go round). */
+/* Worker t pins itself to the t-th allowed CPU after the caller's, in its first batch and whenever it is on the
+   caller's CPU (when there are enough CPUs to go round). */
 static void leave_the_callers_cpu(int t) {
-  int caller = atomic_load_explicit(&caller_cpu, memory_order_relaxed), here = sched_getcpu();
-  if (caller < 0 || here != caller || allowed_count < 2) return;
+  static _Thread_local int pinned;
+  int caller = atomic_load_explicit(&caller_cpu, memory_order_relaxed);
+  if (caller < 0 || t >= allowed_count || (pinned && sched_getcpu() != caller)) return;
+  pinned = 1;
   int position = 0;
   while (position < allowed_count && allowed_cpus[position] != caller) position++;
   cpu_set_t set;
