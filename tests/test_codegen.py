@@ -1,5 +1,6 @@
 """Codegen and DEBUG output: kernel names, generated C, the DEBUG levels, and compiler failures."""
 import os
+import re
 import subprocess
 import sys
 import numpy as np
@@ -153,9 +154,10 @@ def test_causal_mask_lanes_are_simd():
   x = np.random.default_rng(6).standard_normal((64, 64)).astype(np.float32)
   row, column = Tensor.arange(64).reshape(64, 1), Tensor.arange(64).reshape(1, 64)
   t = (column <= row).where(Tensor(x), -np.inf).softmax(-1)
-  for item in t.schedule():
-    source = get_kernel(item.ast, "CPU").source
-    assert "_v16" in source and "+15)" not in source and "[15]" not in source, source
+  for item in t.schedule():   # one kernel on CPU; GPU devices schedule the row max and sum apart (row reductions,
+    source = get_kernel(item.ast, "CPU").source   # 8 lanes on CPUs that halve wide vectors: heuristics rule 5)
+    last = max(int(w) for w in re.findall(r"_v(\d+)", source)) - 1
+    assert last >= 7 and f"+{last})" not in source and f"[{last}]" not in source, source
   masked = np.where(np.tril(np.ones((64, 64), bool)), x, -np.inf)
   e = np.exp(masked - masked.max(1, keepdims=True))
   np.testing.assert_allclose(t.numpy(), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
