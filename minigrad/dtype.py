@@ -156,7 +156,6 @@ def to_numpy(dt: DType) -> np.dtype:
 
 def from_numpy(npdt: np.dtype | type) -> DType:
   """The DType of a numpy dtype (either byte order)."""
-  if isinstance(npdt, np.dtype) and (found := _FROM_NUMPY.get(npdt)) is not None: return found   # the common case: one lookup
   npdt = np.dtype(npdt)
   if npdt.byteorder not in "=|": npdt = npdt.newbyteorder("=")
   if (found := _FROM_NUMPY.get(npdt)) is not None: return found

@@ -81,20 +81,9 @@ def cache_dir() -> pathlib.Path:
   return path
 
 
-def cpu_model() -> str:
-  """The CPU's model name (from /proc/cpuinfo on Linux), for cache keys and benchmark reports."""
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"): return line.split(":", 1)[1].strip()
-  except OSError: pass
-  return platform.processor() or platform.machine()
-
-
 @functools.cache
-def cpu_halves_wide_vectors() -> bool:
-  """Does the CPU run a 64-byte SIMD vector as two 32-byte halves? AMD family 25 (Zen 3, Zen 4) does; then rows of
-  memory stream faster as 32-byte vectors (see heuristics rule 5). Read from /proc/cpuinfo on Linux, else False."""
+def _cpuinfo() -> dict[str, str]:
+  """The first CPU's fields in /proc/cpuinfo (Linux), else none."""
   fields: dict[str, str] = {}
   try:
     with open("/proc/cpuinfo") as f:
@@ -102,8 +91,19 @@ def cpu_halves_wide_vectors() -> bool:
         if not line.strip(): break   # the first CPU's fields are enough
         key, _, value = line.partition(":")
         fields[key.strip()] = value.strip()
-  except OSError: return False
-  return fields.get("vendor_id") == "AuthenticAMD" and fields.get("cpu family") == "25"
+  except OSError: pass
+  return fields
+
+
+def cpu_model() -> str:
+  """The CPU's model name (from /proc/cpuinfo on Linux), for cache keys and benchmark reports."""
+  return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
+def cpu_halves_wide_vectors() -> bool:
+  """Does the CPU run a 64-byte SIMD vector as two 32-byte halves? AMD family 25 (Zen 3, Zen 4) does; then rows of
+  memory stream faster as 32-byte vectors (see heuristics rule 5)."""
+  return _cpuinfo().get("vendor_id") == "AuthenticAMD" and _cpuinfo().get("cpu family") == "25"
 
 
 def colored(text: str, color: str | None) -> str:

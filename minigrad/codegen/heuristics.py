@@ -181,17 +181,17 @@ def _cpu_optimizations(k: Kernel) -> None:
   # 5. row reductions: lanes from a contiguous reduce dim, summed across at the end; 4 vectors per loop trip
   reduces = k.axes_of("reduce")
   for axis in reversed(reduces):
-    width = next((w for w in widths if _lanes_fit(k, Opt("UNROLL", reduces.index(axis), w))), None)
-    if width is None: continue
+    fitting = [w for w in widths if _lanes_fit(k, Opt("UNROLL", reduces.index(axis), w))]
+    if not fitting: continue
     # dot products (x @ w.T): a tile of outputs shares the loaded vectors
     tiled = k.copy()
-    tiled.apply_opt(Opt("UNROLL", reduces.index(axis), width))
+    tiled.apply_opt(Opt("UNROLL", reduces.index(axis), fitting[0]))
     if _register_tile(tiled, None, min_reuse=0.25):
       for opt in tiled.applied_opts[len(k.applied_opts):]: k.apply_opt(opt)
       return
     # else independent vectors per trip, streamed
     stream_bytes = 32 if cpu_halves_wide_vectors() else 64
-    width = next((w for w in widths if w * dtype_bytes <= stream_bytes and _lanes_fit(k, Opt("UNROLL", reduces.index(axis), w))), width)
+    width = next((w for w in fitting if w * dtype_bytes <= stream_bytes), fitting[0])
     size = k.full_shape[axis]
     k.apply_opt(Opt("UNROLL", reduces.index(axis), width))
     if size > width: _unroll_rows(k, axis)

@@ -73,9 +73,11 @@ static pthread_t threads[MAX_WORKERS];
 static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake_up = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;   /* one batch at a time */
-static _Atomic int caller_cpu = -1;       /* the CPU the caller of this batch runs on (-1: unknown) */
 #ifdef __linux__
+static _Atomic int caller_cpu = -1;       /* the CPU the caller of this batch runs on (-1: unknown) */
 static int allowed_cpus[CPU_SETSIZE], allowed_count;   /* the CPUs the process may use, in order */
+
+static void note_the_callers_cpu(void) { atomic_store_explicit(&caller_cpu, sched_getcpu(), memory_order_relaxed); }
 
 static void read_allowed_cpus(void) {
   cpu_set_t set;
@@ -100,6 +102,7 @@ static void leave_the_callers_cpu(int t) {
 }
 #else
 static void read_allowed_cpus(void) {}
+static void note_the_callers_cpu(void) {}
 static void leave_the_callers_cpu(int t) { (void)t; }
 #endif
 
@@ -243,9 +246,7 @@ int mg_pool_run(const mg_launch *list, int n) {
   for (int64_t j = 0; j < total; j++) atomic_store_explicit(&claimed[j], 0, memory_order_relaxed);
   atomic_store(&launch_count, n);
   atomic_store(&finished, 0);
-#ifdef __linux__
-  atomic_store_explicit(&caller_cpu, sched_getcpu(), memory_order_relaxed);
-#endif
+  note_the_callers_cpu();
   atomic_store(&state, STATE(b, 0));
   atomic_store(&batch, b);
   if (atomic_load(&sleepers) > 0) {
