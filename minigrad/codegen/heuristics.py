@@ -257,7 +257,8 @@ def _fused_reduces(k: Kernel, widths: list[int], out_strides: tuple[int | None, 
   for axis in reversed(k.axes_of("reduce") if not laned else []):
     if k.full_shape[axis] <= MAX_UNROLLED_REDUCE: k.apply_opt(Opt("UNROLL", k.axes_of("reduce").index(axis), k.full_shape[axis]))
   # two rows per outer loop trip: every pass reads two rows at once, two streams for the memory system
-  rows = k.axes_of("global")[0]
+  if not (globals_ := k.axes_of("global")): return   # a single output: no rows to pair
+  rows = globals_[0]
   if out_strides[rows] != 1 and k.full_shape[rows] % 2 == 0 and k.full_shape[rows] >= FUSED_MIN_ROWS: k.apply_opt(Opt("UPCAST", 0, 2))
 
 

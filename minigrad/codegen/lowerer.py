@@ -87,11 +87,12 @@ def pick_lane_axis(k: Kernel) -> int | None:
 def reduce_regions(k: Kernel) -> dict[UOp | None, list[UOp]]:
   """The VIEWs each REDUCE_AXIS reads directly (not through a reduce nested in it), and under None those read
   outside every reduce. A region's views have size 1 in the dims of the other regions' reduces, so a reduce
-  owns the reduce/unroll dims its views span."""
+  owns the reduce/unroll dims its views span. A reduce whose input is another reduce (a sum over a size-1 axis of
+  a row sum) reads no views directly: it owns no loop, and its value is the inner reduce's."""
   def direct_views(root: UOp) -> list[UOp]:
     nodes = toposort([root], enter=lambda node: node is root or node.op is not Ops.REDUCE_AXIS)
     return [s for n in nodes if n.op is not Ops.REDUCE_AXIS or n is root for s in n.src if s.op is Ops.VIEW]
-  regions: dict[UOp | None, list[UOp]] = {r: direct_views(r.src[0]) for r in k.ast.toposort if r.op is Ops.REDUCE_AXIS}
+  regions: dict[UOp | None, list[UOp]] = {r: direct_views(r) for r in k.ast.toposort if r.op is Ops.REDUCE_AXIS}
   regions[None] = direct_views(k.ast)
   return regions
 

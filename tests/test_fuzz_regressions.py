@@ -1,0 +1,24 @@
+"""Programs the differential fuzzer (tests/test_fuzz.py) found giving wrong numbers or crashing, each kept as a named
+test on whatever device the suite runs on (DEV=...), checked against numpy."""
+from __future__ import annotations
+import numpy as np
+from minigrad import Tensor
+
+
+def test_sum_over_a_size_1_axis_of_a_row_sum_adds_each_row_once():
+  # the outer sum reduced nothing, but the lowerer gave it the inner sum's loop too: [9, 36] instead of [3, 12]
+  b = np.arange(6, dtype=np.float32).reshape(2, 3)
+  np.testing.assert_array_equal(Tensor(b).sum(1, keepdim=True).sum(1).numpy(), b.sum(1, keepdims=True).sum(1))
+
+
+def test_sum_over_a_size_1_axis_of_a_row_max():
+  a = np.arange(6, dtype=np.float32).reshape(2, 3, 1)
+  np.testing.assert_array_equal(Tensor(a).max(1).sum(1).numpy(), a.max(1).sum(1))
+
+
+def test_chained_reduces_with_no_output_loop_left():
+  # every output dim has size 1: the CPU heuristics for kernels with several reduces indexed a global dim that isn't there
+  a = np.random.default_rng(0).random((4, 1, 1), dtype=np.float32)
+  got = Tensor(a).sum(1, keepdim=True).sum(1).mean(1, keepdim=True).numpy()
+  np.testing.assert_allclose(got, a.sum(1, keepdims=True).sum(1).mean(1, keepdims=True), rtol=1e-6)
+  np.testing.assert_allclose(Tensor(a[:1]).sum(1, keepdim=True).sum(1).max().numpy(), a[:1].sum(), rtol=1e-6)
