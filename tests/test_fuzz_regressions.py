@@ -22,3 +22,14 @@ def test_chained_reduces_with_no_output_loop_left():
   got = Tensor(a).sum(1, keepdim=True).sum(1).mean(1, keepdim=True).numpy()
   np.testing.assert_allclose(got, a.sum(1, keepdims=True).sum(1).mean(1, keepdims=True), rtol=1e-6)
   np.testing.assert_allclose(Tensor(a[:1]).sum(1, keepdim=True).sum(1).max().numpy(), a[:1].sum(), rtol=1e-6)
+
+
+def test_reduce_read_through_a_prefix_view_is_not_a_reshape():
+  # v1 (2 rows) is read by the gradient of v0 through its first row only: a contiguous view of fewer elements. The
+  # scheduler took that for a reshape of the matmul's reduce and failed to reshape (1, 1, 1, 1) to (1, 2, 1, 1)
+  v0 = Tensor(np.full((1, 1, 1, 1), 0.5, np.float32), requires_grad=True)
+  v3 = Tensor(np.full((1,), 0.25, np.float32), requires_grad=True)
+  v1 = v0.cat(v0, dim=0)
+  (v1 + v1 @ v3).sum().backward()
+  np.testing.assert_allclose(v0.grad.numpy(), [[[[2 * (2 + 2 * 0.25)]]]], rtol=1e-6)   # (2, 1, 1, 1) + (2, 1, 1): each element added twice
+  np.testing.assert_allclose(v3.grad.numpy(), [2 * 2 * 0.5], rtol=1e-6)

@@ -150,7 +150,7 @@ class _Fusion:
       elif node.op is Ops.REDUCE_AXIS:
         if node is plan.main:
           # seen through another view too, or from inside a side reduce (which loops over other dims): a kernel of its own
-          if not view.contiguous or region != top_region: self.realize[node] = None
+          if not _reshapes(view, node) or region != top_region: self.realize[node] = None
           else: stack.append((node.src[0], ShapeTracker.from_shape(node.src[0].shape), top_region, True))
           continue
         kept = _broadcast_back(node, view, region) if side_ok else None
@@ -190,9 +190,15 @@ class _Fusion:
       seen.add(item)
       if node.op is Ops.VIEW: stack.append((node.src[0], node.arg + view))
       elif node.op is Ops.REDUCE_AXIS:
-        if view.contiguous: return node
+        if _reshapes(view, node): return node
       else: stack.extend((s, view) for s in node.src)
     return None
+
+
+def _reshapes(view: ShapeTracker, node: UOp) -> bool:
+  """Does `view` read all of `node` in order, as a plain reshape? (A contiguous view of fewer elements reads a prefix:
+  the first row of a reduce's output seen as (1, 1) is contiguous too.)"""
+  return view.contiguous and prod(view.shape) == node.size
 
 
 def _side_region(reduce: UOp, kept: tuple[int, ...]) -> tuple[int | None, ...]:
