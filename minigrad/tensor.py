@@ -329,7 +329,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
     padded = F.Pad.apply(self, padding=tuple(pairs))
     if value == 0: return padded
     inside = F.Pad.apply(Tensor.full(self.shape, True, dtypes.bool, self.device), padding=tuple(pairs))
-    return inside.where(padded, value)
+    return inside.where(padded, value).cast(self.dtype)   # the value takes the tensor's dtype (torch: int32 padded with 1.5 pads 1)
 
   def shrink(self, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
     if len(bounds) != self.ndim: raise ValueError(f"shrink: {len(bounds)} bounds given for a {self.ndim}-d tensor of shape {self.shape}")

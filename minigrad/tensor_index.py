@@ -83,7 +83,9 @@ class IndexMixin:
       piece = t.cast(dtype).pad(padding)
       out = piece if out is None else (out | piece if dtype == dtypes.bool else out + piece)
       offset += size
-    if out is None: return ref.full(ref.shape[:dim] + (0,) + ref.shape[dim + 1:], 0, dtype=dtype)
+    if out is None:   # every part is empty: still differentiable, with empty gradients, as in torch
+      empty = ref.full(ref.shape[:dim] + (0,) + ref.shape[dim + 1:], 0, dtype=dtype)
+      return F.Composite.apply(*tensors, fn=lambda *xs: empty, gradient=lambda grad, y, *xs: tuple(x.zeros_like() for x in xs))
     return _fresh(out) if any(out is t for t in tensors) else out
 
   def stack(self, *others: Any, dim: int = 0) -> Tensor:

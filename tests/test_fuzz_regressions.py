@@ -33,3 +33,18 @@ def test_reduce_read_through_a_prefix_view_is_not_a_reshape():
   (v1 + v1 @ v3).sum().backward()
   np.testing.assert_allclose(v0.grad.numpy(), [[[[2 * (2 + 2 * 0.25)]]]], rtol=1e-6)   # (2, 1, 1, 1) + (2, 1, 1): each element added twice
   np.testing.assert_allclose(v3.grad.numpy(), [2 * 2 * 0.5], rtol=1e-6)
+
+
+def test_pad_keeps_the_dtype_of_an_int_tensor():
+  # padding an int32 tensor with 1.5 gave float32; torch pads with int(1.5) and keeps int32
+  got = Tensor(np.array([[1, 2]], np.int32)).pad(((0, 0), (1, 1)), value=1.5)
+  assert got.dtype.name == "int"
+  np.testing.assert_array_equal(got.numpy(), [[1, 1, 2, 1]])
+
+
+def test_cat_of_empty_tensors_is_differentiable():
+  x = Tensor(np.zeros((0, 1), np.float32), requires_grad=True)
+  y = x.cat(x, dim=0)
+  assert y.requires_grad and y.shape == (0, 1)
+  y.sum().backward()
+  assert x.grad is not None and x.grad.shape == (0, 1)
