@@ -367,9 +367,12 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
 
 
 def _shape_args(args: tuple) -> tuple[int, ...]:
-  """Accept f(2, 3) and f((2, 3))."""
-  if len(args) == 1 and isinstance(args[0], (tuple, list)): return tuple(int(a) for a in args[0])
-  return tuple(int(a) for a in args)
+  """Accept f(2, 3) and f((2, 3)): sizes or axes, which must be ints (as in torch: 1.5 or "x" is a TypeError)."""
+  values = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+  for a in values:
+    if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
+      raise TypeError(f"dims and axes must be ints, got {a!r} ({type(a).__name__}) in {tuple(values)}")
+  return tuple(int(a) for a in values)
 
 
 def _check_shape(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -1,6 +1,9 @@
 """Codegen and DEBUG output: kernel names, generated C, the DEBUG levels, and compiler failures."""
 import os
+import platform
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import numpy as np
@@ -9,7 +12,8 @@ from minigrad import Tensor
 from minigrad.codegen.kernel import Kernel
 from minigrad.engine.realize import get_kernel
 from minigrad.engine import realize
-from minigrad.runtime.device import CompileError, Device
+from minigrad.runtime import ops_cpu
+from minigrad.runtime.device import CompileError, Compiler, Device
 from minigrad.uop.ops import Ops
 
 SCRIPT = """
@@ -24,6 +28,99 @@ print("RESULT", ((x @ y).relu() + 1).numpy().sum())
 def run_script(env_extra, tmp_path, script=SCRIPT):
   env = {**os.environ, "MINIGRAD_CACHE": str(tmp_path), **env_extra}
   return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+
+
+# ---- what a kernel's C becomes on this host ----
+# The C renderer writes each SIMD helper with an AVX-512 branch under `#if defined(__x86_64__) && defined(__AVX512F__)`
+# and a portable one after `#else`: both are in the source on every host, so a test asserts on the branch the
+# compiler takes (the source preprocessed with the CPU device's compiler and flags) and on the instructions it
+# built (the shared object disassembled), never on the source text alone.
+
+X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+AVX512_CALL = re.compile(r"\b_mm512_|__builtin_ia32_")   # an AVX-512 intrinsic (clang expands some to builtins)
+# helper -> (a line only its portable branch has, or None when the portable code is also the AVX-512 branch's
+# fallback; the AVX-512 instruction its AVX-512 branch becomes)
+SIMD_HELPERS = {
+  "exp2f_v16": ("out[i] = exp2f(x[i]);", "vscalefps"),
+  "scalef_v16": ("<< 23", "vscalefps"),
+  "floorf_v16": ("out[i] = floorf(x[i]);", "vrndscaleps"),
+  "maxps_v16": ("mask_v16 m = a > b;", "vmaxps"),
+  "minps_v16": ("mask_v16 m = a < b;", "vminps"),
+  "stream_float_v16": (None, "vmovntps"),   # unaligned addresses store plainly on both branches
+}
+# the CPU device's compiler as it is (targeting this host), and on x86-64 the same compiler told the CPU has no
+# AVX-512: both branches of the helpers are built, checked and run here, whatever this host has
+HOST_AND_NO_AVX512 = [pytest.param((), id="host"),
+                      pytest.param(("-mno-avx512f",), id="no_avx512", marks=pytest.mark.skipif(not X86_64, reason="an x86 flag"))]
+
+
+@pytest.fixture
+def cpu_compiler(request, monkeypatch) -> Compiler:
+  """The compiler the CPU device builds kernels with in this test: its own, or (indirect parameter: extra flags) the
+  same compiler with those flags added, installed on the device with an empty kernel cache."""
+  extra = getattr(request, "param", ())
+  if not extra: return Device["CPU"].compiler
+  compiler = ops_cpu.CCompiler(cc=shlex.join(Device["CPU"].compiler.argv), extra_flags=tuple(extra))
+  monkeypatch.setattr(Device["CPU"], "compiler", compiler)
+  monkeypatch.setattr(realize, "compiled_kernels", {})
+  return compiler
+
+
+def _compiler_command(compiler: Compiler) -> list[str]:
+  return [*compiler.argv, *(flag for flag in compiler.flags if flag != "-shared")]
+
+
+def target_macros(compiler: Compiler) -> set[str]:
+  """The macros the compiler defines for its target with the CPU device's flags (`cc <flags> -dM -E -`)."""
+  out = subprocess.run([*_compiler_command(compiler), "-dM", "-E", "-x", "c", "-"], input="", capture_output=True, text=True,
+                       timeout=60, check=True)
+  return {line.split()[1] for line in out.stdout.splitlines() if line.startswith("#define ")}
+
+
+def takes_avx512_branch(compiler: Compiler) -> bool:
+  macros = target_macros(compiler)
+  return "__x86_64__" in macros and "__AVX512F__" in macros
+
+
+def preprocessed_function(compiler: Compiler, source: str, name: str) -> str:
+  """The definition of the C function `name` in `source` as the compiler sees it after preprocessing (`cc <flags> -E`)."""
+  text = subprocess.run([*_compiler_command(compiler), "-E", "-P", "-x", "c", "-"], input=source, capture_output=True, text=True,
+                        timeout=60, check=True).stdout
+  match = re.search(rf"\b{name}\([^()]*\)\s*\{{", text)
+  assert match, f"no definition of {name} in the preprocessed source"
+  depth = 0
+  for end in range(match.end() - 1, len(text)):
+    depth += {"{": 1, "}": -1}.get(text[end], 0)
+    if depth == 0: return text[match.start():end + 1]
+  raise AssertionError(f"unbalanced braces in {name}")
+
+
+def disassembly(library: bytes, tmp_path) -> str:
+  """`objdump -d` of a compiled kernel library (binutils comes with the C toolchain the CPU device needs)."""
+  objdump = shutil.which("objdump")
+  assert objdump, "objdump (binutils) is needed to read the instructions a kernel was built into"
+  path = tmp_path / "kernel.so"
+  path.write_bytes(library)
+  return subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True, timeout=60, check=True).stdout
+
+
+def assert_helpers_built_for_the_target(source: str, compiler: Compiler, helpers, tmp_path) -> None:
+  """The kernel calls each helper; each compiles to its AVX-512 branch exactly when the compiler's target defines
+  __AVX512F__ on x86-64 (else to its portable code); the built library holds each helper's AVX-512 instruction on
+  zmm registers in the first case and no zmm register at all in the second."""
+  avx512 = takes_avx512_branch(compiler)
+  code = disassembly(compiler.compile_cached(source), tmp_path)
+  for helper in helpers:
+    assert f"{helper}(" in source[source.index("void "):], f"the kernel doesn't call {helper}"
+    portable, instruction = SIMD_HELPERS[helper]
+    body = preprocessed_function(compiler, source, helper)
+    if avx512:
+      assert AVX512_CALL.search(body) and (portable is None or portable not in body), body
+      assert re.search(rf"\b{instruction}\s[^\n]*%zmm", code), f"{helper}: no {instruction} on zmm registers in the built kernel"
+    else:
+      assert not AVX512_CALL.search(body) and (portable is None or portable in body), body
+  if not avx512: assert "%zmm" not in code and "vscalefps" not in code and "vrndscaleps" not in code
+
 
 
 def test_debug4_prints_fused_c_kernel_that_compiles(tmp_path):
@@ -65,12 +162,13 @@ def test_kernel_names_show_type_and_shape():
   assert Kernel(item.ast).name == "r_64_32"
 
 
-def test_generated_source_reads_well():
+def test_generated_source_reads_well(tmp_path):
   x = Tensor(np.zeros((8, 16), np.float32))
   (item,) = (x.relu() * 2 + 1).exp().schedule()
   src = get_kernel(item.ast, "CPU").source
   assert src.count("for (long gidx") == 1 and "ridx" not in src
-  assert "scalef_v16(" in src and "const float* restrict data1" in src   # exp's scaling by 2**n
+  assert "const float* restrict data1" in src
+  assert_helpers_built_for_the_target(src, Device["CPU"].compiler, ["scalef_v16"], tmp_path)   # exp's scaling by 2**n
 
 
 def test_compile_error_shows_source():
@@ -120,12 +218,17 @@ def kernel_body(t: Tensor) -> str:
   return source[source.index("void "):]
 
 
-def test_exp_is_all_simd_and_matches_numpy():
+@pytest.mark.parametrize("cpu_compiler", HOST_AND_NO_AVX512, indirect=True)
+def test_exp_is_all_simd_and_matches_numpy(cpu_compiler, tmp_path):
   x = np.array([-200, -104, -88.7, -20, -1, -1e-30, 0, 1e-30, 0.5, 1, 20, 88.7, 89, 100, np.nan, np.inf, -np.inf] * 4 + [3.0] * 60, np.float32)
-  t = Tensor(x).exp()
+  t = Tensor(x, device="CPU").exp()
   body = kernel_body(t)
-  # floor and the scaling by 2**n stay in vector registers, spelled as one AVX-512 instruction each (with fallbacks)
-  assert all(f"{helper}(" in body for helper in ("floorf_v16", "scalef_v16", "maxps_v16", "minps_v16")) and "[15]" not in body, body
+  assert "[15]" not in body, body   # no per-lane code
+  # floor, the clamps and the scaling by 2**n stay in vector registers: one AVX-512 instruction each where the
+  # compiler targets AVX-512, the portable vector code otherwise
+  (item,) = t.schedule()
+  source = get_kernel(item.ast, "CPU").source
+  assert_helpers_built_for_the_target(source, cpu_compiler, ("floorf_v16", "scalef_v16", "maxps_v16", "minps_v16"), tmp_path)
   with np.errstate(over="ignore"): np.testing.assert_allclose(t.numpy(), np.exp(x), rtol=2e-6)
 
 
@@ -163,13 +266,22 @@ def test_causal_mask_lanes_are_simd():
   np.testing.assert_allclose(t.numpy(), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
-def test_big_outputs_use_streaming_stores(monkeypatch):
+@pytest.mark.parametrize("cpu_compiler", HOST_AND_NO_AVX512, indirect=True)
+def test_big_outputs_use_streaming_stores(monkeypatch, cpu_compiler, tmp_path):
   monkeypatch.setattr(Device["CPU"].renderer, "streaming_store_bytes", 4096)   # as if 4 KB outputs didn't fit the caches
   monkeypatch.setattr(realize, "compiled_kernels", {})
   x = np.random.default_rng(6).standard_normal((64, 48)).astype(np.float32)
-  t = Tensor(x) * 3 + 1
+  t = Tensor(x, device="CPU") * 3 + 1
   body = kernel_body(t)
-  assert "stream_float_v16(&data0[" in body and "_mm_sfence" in body, body
+  assert "stream_float_v16(&data0[" in body, body
+  # 64-byte streaming stores (vmovntps on zmm) where the compiler targets AVX-512, plain stores otherwise; the fence
+  # after them on every x86-64 target, and nowhere else
+  (item,) = t.schedule()
+  source = get_kernel(item.ast, "CPU").source
+  assert_helpers_built_for_the_target(source, cpu_compiler, ["stream_float_v16"], tmp_path)
+  code = disassembly(cpu_compiler.compile_cached(source), tmp_path)
+  assert ("\tsfence" in code) == ("__x86_64__" in target_macros(cpu_compiler))
+  if not takes_avx512_branch(cpu_compiler): assert "vmovnt" not in code
   np.testing.assert_allclose(t.numpy(), x * 3 + 1, rtol=1e-6, atol=1e-6)
   small = Tensor(x[:8]) * 3 + 1   # 1.5 KB: stays in the caches
   assert "stream_" not in kernel_body(small)
@@ -192,13 +304,16 @@ def test_index_digits_simplify(build, expected):
     assert build(g, l, y, k).simplify().evaluate(dict(zip("glyk", values))) == build(*values)
 
 
-def test_simd_exp2_is_accurate_over_the_whole_float_range():
+@pytest.mark.parametrize("cpu_compiler", HOST_AND_NO_AVX512, indirect=True)
+def test_simd_exp2_is_accurate_over_the_whole_float_range(cpu_compiler, tmp_path):
   x = np.concatenate([np.linspace(-160, 140, 20004), [np.inf, -np.inf, np.nan, 0, -0.0, 127.5, 128, -126.2, -149, -149.5, -151, 1e-30]])
   x = x.astype(np.float32)
-  t = Tensor(x).exp2()
+  t = Tensor(x, device="CPU").exp2()
   (item,) = t.schedule()
   source = get_kernel(item.ast, "CPU").source
-  assert "exp2f_v16(" in source and "_mm512_scalef_ps" in source   # inline on AVX-512, no libm call
+  # inline where the compiler targets AVX-512 (ending in vscalefps, no libm call), else libm's exp2f lane by lane
+  assert_helpers_built_for_the_target(source, cpu_compiler, ["exp2f_v16"], tmp_path)
+  if takes_avx512_branch(cpu_compiler): assert "exp2f@" not in disassembly(cpu_compiler.compile_cached(source), tmp_path)
   out, exact = t.numpy(), np.exp2(x.astype(np.float64))
   with np.errstate(over="ignore"): nearest = exact.astype(np.float32)
   normal = (exact > 1.2e-38) & (exact < 3.4e38)
@@ -209,16 +324,18 @@ def test_simd_exp2_is_accurate_over_the_whole_float_range():
   np.testing.assert_array_equal(out[special], nearest[special])   # inf, nan, overflow
 
 
-def test_select_idioms_keep_nans_and_signed_zeros():
+@pytest.mark.parametrize("cpu_compiler", HOST_AND_NO_AVX512, indirect=True)
+def test_select_idioms_keep_nans_and_signed_zeros(cpu_compiler, tmp_path):
   x = np.array([-0.0, 0.0, -200, 200, np.nan, np.inf, -np.inf, 1, -1, 88.9, 89.1, -104, -103.9, 5, 6, 7], np.float32)
   y = np.array([0.0, -0.0, np.nan, 1, 2, np.nan, 0, 1, -2, 89, 89, -104, -0.0, 6, 6, -7], np.float32)
   for lo, hi in [(-104, 89), (0.0, 0.0), (-0.0, 1)]:
-    t = Tensor(x).clamp(lo, hi)
-    assert "maxps_v16(" in kernel_body(t) and "minps_v16(" in kernel_body(t)
+    t = Tensor(x, device="CPU").clamp(lo, hi)
+    (item,) = t.schedule()   # vmaxps/vminps where the compiler targets AVX-512, the portable blends otherwise: same values
+    assert_helpers_built_for_the_target(get_kernel(item.ast, "CPU").source, cpu_compiler, ("maxps_v16", "minps_v16"), tmp_path)
     out, ref = t.numpy(), np.clip(x, np.float32(lo), np.float32(hi))
     np.testing.assert_array_equal(out, ref)
     np.testing.assert_array_equal(np.signbit(out), np.signbit(ref))
-  where = (Tensor(x) < Tensor(y)).where(Tensor(y), Tensor(x))   # (y > x) ? y : x, NaN on either side
+  where = (Tensor(x, device="CPU") < Tensor(y, device="CPU")).where(Tensor(y, device="CPU"), Tensor(x, device="CPU"))   # (y > x) ? y : x, NaN on either side
   np.testing.assert_array_equal(where.numpy(), np.where(x < y, y, x))
 
 

@@ -102,20 +102,34 @@ def test_unary_math_on_vectors_and_scalars_with_inf_and_nan():
     assert_matches(Tensor(x64).sqrt(), torch.sqrt(torch.from_numpy(x64)), rtol=1e-15)
 
 
-def test_vector_math_is_inline_or_calls_the_simd_library():
+def built_code(ir: str, tmp_path) -> str:
+  """The instructions LLVM built `ir` into for this CPU (the linked kernel library, disassembled)."""
+  from test_codegen import disassembly
+  return disassembly(Device["LLVM"].compiler.compile_cached(ir), tmp_path)
+
+
+def test_vector_math_is_inline_or_calls_the_simd_library(tmp_path):
   x = np.linspace(-5, 5, 256, dtype=np.float32)
   compiler = Device["LLVM"].compiler
   exp2, log2 = Tensor(x).exp2(), Tensor(x + 6).log2()
-  if compiler.avx512: assert "@llvm.x86.avx512.mask.scalef.ps.512" in kernel_source(exp2) and "_ZGV" not in kernel_source(exp2)
-  elif 16 in compiler.libmvec_widths: assert "@_ZGVeN16v_exp2f(<16 x float>" in kernel_source(exp2)
-  if 16 in compiler.libmvec_widths: assert "@_ZGVeN16v_log2f(<16 x float>" in kernel_source(log2)
-  else: assert "@llvm.log2.v" in kernel_source(log2) or "@llvm.log2.f32" in kernel_source(log2)
+  exp2_ir, log2_ir = kernel_source(exp2), kernel_source(log2)
+  exp2_code, log2_code = built_code(exp2_ir, tmp_path), built_code(log2_ir, tmp_path)
+  # compiler.avx512: LLVM's features for this CPU include avx512f (on x86-64). Then exp2 is inline, ending in vscalefps;
+  # else glibc's 16-lane exp2f where the C library has it for this CPU, else LLVM's exp2 intrinsic
+  if compiler.avx512:
+    assert "@llvm.x86.avx512.mask.scalef.ps.512" in exp2_ir and "_ZGV" not in exp2_ir
+    assert re.search(r"vscalefps\s[^\n]*%zmm", exp2_code) and "exp2f" not in exp2_code
+  else:
+    assert "avx512" not in exp2_ir and "vscalefps" not in exp2_code
+    assert ("@_ZGVeN16v_exp2f(<16 x float>" if 16 in compiler.libmvec_widths else "@llvm.exp2.v16f32(") in exp2_ir, exp2_ir
+  if 16 in compiler.libmvec_widths: assert "@_ZGVeN16v_log2f(<16 x float>" in log2_ir and "_ZGVeN16v_log2f" in log2_code
+  else: assert ("@llvm.log2.v" in log2_ir or "@llvm.log2.f32" in log2_ir) and "_ZGV" not in log2_code
   np.testing.assert_allclose(exp2.numpy(), np.exp2(x), rtol=4e-6)
   np.testing.assert_allclose(log2.numpy(), np.log2(x + 6), rtol=4e-6)
 
 
 @pytest.mark.parametrize("name", ["exp2", "exp", "relu", "clamp", "floor"])
-def test_simd_idioms_give_the_c_backends_bits(name):
+def test_simd_idioms_give_the_c_backends_bits(name, tmp_path):
   """floor, max/min selects, x * 2**n and AVX-512 exp2 are spelled as single instructions, as the C renderer
   does (whose exp2 and exp are checked for accuracy in test_codegen.py): the same bits, NaN/inf/subnormals included."""
   x = np.concatenate([np.linspace(-160, 140, 4004), [np.inf, -np.inf, np.nan, 0, -0.0, 127.5, 128, -126.2, -149, -149.5, -151, 1e-30]])   # 16 * 251
@@ -124,17 +138,24 @@ def test_simd_idioms_give_the_c_backends_bits(name):
   mine, c_backend = fn(Tensor(x)), fn(Tensor(x, device="CPU")).numpy()
   source = kernel_source(mine)
   if name in ("exp", "floor"): assert "@llvm.floor.v16f32" in source, source
-  if name in ("exp", "exp2") and Device["LLVM"].compiler.avx512: assert "@llvm.x86.avx512.mask.scalef.ps.512" in source, source
+  if name in ("exp", "exp2"):   # x * 2**n: vscalefps where LLVM's features for this CPU include avx512f, else the exponent bits
+    code = built_code(source, tmp_path)
+    if Device["LLVM"].compiler.avx512:
+      assert "@llvm.x86.avx512.mask.scalef.ps.512" in source and re.search(r"vscalefps\s[^\n]*%zmm", code), source
+    else:
+      assert "avx512" not in source and "vscalefps" not in code, source
+      if name == "exp": assert "shl <16 x i32>" in source, source
   np.testing.assert_array_equal(mine.numpy().view(np.uint32), c_backend.view(np.uint32))
 
 
-def test_exp_without_avx512_scales_by_exponent_bits(monkeypatch):
+def test_exp_without_avx512_scales_by_exponent_bits(monkeypatch, tmp_path):
   from minigrad.engine import realize
   monkeypatch.setattr(Device["LLVM"].renderer, "avx512", False)   # as on a CPU without AVX-512
   monkeypatch.setattr(realize, "compiled_kernels", {})
   x = np.linspace(-80, 80, 1024, dtype=np.float32)
   t = Tensor(x).exp()
   assert "avx512" not in kernel_source(t) and "shl <16 x i32>" in kernel_source(t)
+  assert "vscalefps" not in built_code(kernel_source(t), tmp_path)   # nor does LLVM put it back on an AVX-512 CPU
   np.testing.assert_allclose(t.numpy(), np.exp(x), rtol=2e-6)
 
 
