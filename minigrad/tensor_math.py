@@ -89,9 +89,11 @@ class MathMixin(UnaryMixin):
 
   # ---- dtypes ----
   def cast(self, dtype: DType | str | Any) -> Tensor:
-    """Convert to `dtype` (a DType, a name like "float16", a numpy or torch dtype). Floats to ints truncate."""
+    """Convert to `dtype` (a DType, a name like "float16", a numpy or torch dtype). Floats to ints truncate. As in
+    torch, an integer or bool result has no gradient: it doesn't require grad, and backward stops there."""
     dtype = to_dtype(dtype)
-    return self if self.dtype == dtype else F.Cast.apply(self, dtype=dtype)
+    if self.dtype == dtype: return self
+    return F.Cast.apply(self, dtype=dtype) if dtypes.is_float(dtype) else F.Cast.apply(self.detach(), dtype=dtype)
   def float(self) -> Tensor: return self.cast(dtypes.float32)
   def half(self) -> Tensor: return self.cast(dtypes.float16)
   def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)

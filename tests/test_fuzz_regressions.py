@@ -48,3 +48,11 @@ def test_cat_of_empty_tensors_is_differentiable():
   assert y.requires_grad and y.shape == (0, 1)
   y.sum().backward()
   assert x.grad is not None and x.grad.shape == (0, 1)
+
+
+def test_a_cast_to_int_has_no_gradient():
+  # torch: an int result doesn't require grad; minigrad's did, so a float of it asked for a backward torch refuses
+  a = Tensor(np.array([1.5, -2.0], np.float32), requires_grad=True)
+  assert not a.int().requires_grad and not a.bool().requires_grad and not a.int().float().requires_grad
+  (a * 2 + a.int().float()).sum().backward()
+  np.testing.assert_array_equal(a.grad.numpy(), [2.0, 2.0])
