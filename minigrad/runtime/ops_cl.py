@@ -3,18 +3,30 @@ brings pocl, a real OpenCL runtime for x86 CPUs).
 
 Input: OpenCL C source from minigrad.codegen.cl_renderer. Output: `create_device()` -> a `Compiled` whose compiler
 builds a program binary for one OpenCL device and whose program class launches it on (workgroups, threads per
-workgroup). The device is the first one of the first platform that has one; `CL_DEVICE=<n>` picks the n-th of all
-devices instead (`python -c "import pyopencl as cl; print(cl.get_platforms())"` lists them).
+workgroup).
+
+Which device: vendor runtimes first, in the order OpenCL lists them, then pocl platforms, newest pocl first; the first
+device that builds and runs a trivial kernel is used (one probe per device and process, stopping at the first that
+works). `CL_DEVICE=<n>` picks the n-th of all devices instead, unprobed (`python -c "import pyopencl as cl;
+print(cl.get_platforms())"` lists them). The probe matters on CPUs newer than a pocl's LLVM: the pocl of pip's
+pyopencl[pocl] (3.0-rc2, LLVM 14) hands clang the CPU name LLVM detects, 'generic' on e.g. AMD Zen 5, which clang
+rejects ("unknown target CPU 'generic'"), and it has no setting to override that name (POCL_LLVM_CPU_NAME is read
+only by pocl >= 5.0 and Debian's 3.1, and not for x86 CPU devices). Debian's pocl 3.1 and pocl >= 5.0 name the CPU
+from its ISA features (AVX-512 -> skylake-avx512) and work; `.ci/install-system-packages` installs Debian's. If no
+device works, the error lists each device's failure and the fix.
 """
 from __future__ import annotations
 from typing import Any
 import os
+import re
 import warnings
 import numpy as np
-from minigrad.helpers import DEBUG, prod
+from minigrad.helpers import DEBUG, cpu_model, prod
 from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source
 
 INSTALL_HINT = "pip install -e '.[opencl]' (installs pyopencl with pocl, an OpenCL runtime for any x86 CPU)"
+NEWER_POCL_HINT = ("install a newer pocl: run .ci/install-system-packages as root (on Debian/Ubuntu it runs apt-get install "
+                   "pocl-opencl-icd: pocl 3.1 with LLVM 15), which the CL device then prefers")
 try: import pyopencl as cl
 except ImportError as e: raise RuntimeError(f"the CL device needs the pyopencl package, which is not installed: {INSTALL_HINT}") from e
 
@@ -52,7 +64,8 @@ class CLCompiler(Compiler):
       warnings.simplefilter("always")
       try: program.build(options=list(BUILD_OPTIONS), devices=[self.device])
       except cl.RuntimeError as e:
-        raise CompileError(f"OpenCL build failed on {self.device.name}:\n{_build_log(program, self.device) or e}\n"
+        log = _build_log(program, self.device) or str(e)
+        raise CompileError(f"OpenCL build failed on {self.device.name}:\n{log}\n{unknown_cpu_advice(self.device, log)}"
                            f"--- source ---\n{numbered_source(src)}") from None
     if DEBUG >= 6 and caught: print(_build_log(program, self.device))
     return program.get_info(cl.program_info.BINARIES)[0]
@@ -96,14 +109,99 @@ def _opencl_devices() -> list[Any]:
   return [d for p in platforms for d in p.get_devices()]
 
 
-class CLDevice(Compiled):
-  def __init__(self) -> None:
-    devices = _opencl_devices()
-    if not devices: raise RuntimeError(f"the CL device found no OpenCL platform with a device: {INSTALL_HINT}")
-    index = int(os.environ.get("CL_DEVICE", "0"))
+# ---------------------------------------------------------------- which device: probe, rank, explain
+
+PROBE_SOURCE = "__kernel void probe(__global int *out) { int i = get_global_id(0); out[i] = 7 * i + 1; }"
+PROBE_EXPECTED = [1, 8, 15, 22]
+_probe_results: dict[Any, str] = {}   # per process: device -> "" if the probe kernel built and ran, else what failed
+
+
+def pocl_version(platform_version: str) -> tuple[int, ...] | None:
+  """(major, minor, patch, final) of a pocl platform from its version string ("OpenCL 3.0 PoCL 3.1+debian  Linux, ...",
+  "... PoCL 3.0-rc2 ..."): final is 0 for release candidates and pre-releases, 1 otherwise. None for other platforms."""
+  m = re.search(r"\bpocl\s+(\d+)\.(\d+)(?:\.(\d+))?([-~]?(?:rc|pre|alpha|beta))?", platform_version, re.IGNORECASE)
+  return None if m is None else (int(m[1]), int(m[2]), int(m[3] or 0), 0 if m[4] else 1)
+
+
+def _llvm_version(platform_version: str) -> str:
+  m = re.search(r"LLVM\s+([\d.]+)", platform_version)
+  return f" with LLVM {m[1]}" if m else ""
+
+
+def _describe(device: Any) -> str: return f"{device.name} ({' '.join(device.platform.version.split())})"
+
+
+def _first_error_line(error: str) -> str:
+  lines = [line.strip() for line in error.strip().splitlines() if line.strip()] or ["failed"]
+  return next((line for line in lines if line.startswith("error")), lines[0])
+
+
+def unknown_cpu_advice(device: Any, error: str) -> str:
+  """Why `device` failed with `error` and the fix, when the failure is pocl's LLVM not knowing the host CPU; else ""."""
+  m = re.search(r"unknown target CPU '([^']*)'", error)
+  if m is None: return ""
+  version = device.platform.version
+  pocl = pocl_version(version)
+  name = (f"pocl {'.'.join(map(str, pocl[:2]))}{'' if pocl[3] else ' (pre-release)'}" if pocl else device.platform.name)
+  return (f"{name}{_llvm_version(version)} does not know the host CPU ({cpu_model()}): its LLVM calls it '{m[1]}', "
+          f"which clang refuses as a target CPU. This pocl has no setting to override the CPU name (only pocl "
+          f">= 5.0 and Debian's 3.1 read POCL_LLVM_CPU_NAME, and not for x86 CPU devices), so: {NEWER_POCL_HINT}.\n")
+
+
+def _try_kernel(device: Any) -> str:
+  """Build and run PROBE_SOURCE on `device`: "" when it computes PROBE_EXPECTED, else what went wrong."""
+  try:
+    context = cl.Context([device])
+    queue = cl.CommandQueue(context)
+    program = cl.Program(context, PROBE_SOURCE)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      try: program.build(options=list(BUILD_OPTIONS), devices=[device])
+      except cl.RuntimeError as e: return _build_log(program, device) or str(e)
+    out = np.zeros(len(PROBE_EXPECTED), np.int32)
+    buf = cl.Buffer(context, cl.mem_flags.WRITE_ONLY, out.nbytes)
+    program.probe(queue, out.shape, None, buf)
+    cl.enqueue_copy(queue, out, buf, is_blocking=True)
+    return "" if out.tolist() == PROBE_EXPECTED else f"the probe kernel computed {out.tolist()}, not {PROBE_EXPECTED}"
+  except Exception as e: return f"{type(e).__name__}: {e}".strip()   # e.g. no context or queue on this device
+
+
+def probe(device: Any) -> str:
+  """"" if `device` builds and runs a trivial kernel, else the reason; tried once per device and process."""
+  key = getattr(device, "int_ptr", None) or id(device)
+  if key not in _probe_results: _probe_results[key] = _try_kernel(device)
+  return _probe_results[key]
+
+
+def preference(device: Any, index: int) -> tuple:
+  """Sort key, best first: vendor runtimes in listing order, then pocl platforms newest pocl first."""
+  version = pocl_version(device.platform.version)
+  return (version is not None, tuple(-v for v in version or ()), index)
+
+
+def select_device(devices: list[Any], cl_device: str | None = None, probe: Any = probe) -> Any:
+  """The OpenCL device to use among `devices` (all devices of all platforms, in listing order). `cl_device` (the value
+  of CL_DEVICE) picks one by index, unprobed; else the most preferred device whose `probe(device)` returns ""."""
+  if not devices: raise RuntimeError(f"the CL device found no OpenCL platform with a device: {INSTALL_HINT}")
+  if cl_device is not None and cl_device.strip():
+    try: index = int(cl_device)
+    except ValueError: raise RuntimeError(f"CL_DEVICE={cl_device!r} is not a device number") from None
     if not 0 <= index < len(devices):
       raise RuntimeError(f"CL_DEVICE={index}, but there are only {len(devices)} OpenCL devices: {', '.join(d.name for d in devices)}")
-    self.cl_device = devices[index]
+    return devices[index]
+  failures = []
+  for _, device in sorted(enumerate(devices), key=lambda item: preference(item[1], item[0])):
+    if not (error := probe(device)): return device
+    failures.append((device, error))
+  lines = "\n".join(f"  {_describe(d)}: {_first_error_line(error)}" for d, error in failures)
+  advice = next((a for d, error in failures if (a := unknown_cpu_advice(d, error))), f"Fix: {NEWER_POCL_HINT}.\n")
+  raise RuntimeError(f"the CL device found no OpenCL device that can build and run a kernel on this host:\n{lines}\n{advice}")
+
+
+class CLDevice(Compiled):
+  def __init__(self) -> None:
+    self.cl_device = select_device(_opencl_devices(), os.environ.get("CL_DEVICE"))
+    if DEBUG >= 1: print(f"CL: {_describe(self.cl_device)}")
     self.max_threads = self.cl_device.max_work_group_size
     self.context = cl.Context([self.cl_device])
     self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
