@@ -52,6 +52,12 @@ class CRenderer:
   # the compiler has __builtin_shufflevector (gcc 12+, clang; the CPU device asks it): vectors built from the
   # lanes of one or two others are shuffles, blocks of them transposed; without it lanes are gathered one by one
   shufflevector = True
+  # how float16 is spelled; the CPU device decides it from what its compiler accepts (minigrad/runtime/ops_cpu.py):
+  # "native" is C's _Float16; "f16c" and "bits" hold float16 as its 16-bit word (unsigned short), which only casts
+  # convert, through float: with the F16C instructions, or with portable bit code (see half_conversions)
+  float16_mode = "native"
+  # set when the compiler can't compile float16 at all: why, naming the compiler (raised when a kernel uses float16)
+  float16_unavailable = ""
   # a reduce's one-hot terms are added under an `if` (an embedding's gradient: one vocabulary row in V per token)
   gated_reduces = True
   repeats_operands = {Ops.MAX}
@@ -65,6 +71,8 @@ class CRenderer:
     if isinstance(dt, PtrDType): return self.type_name(dt.base) + "*"
     if dt.count > 1 and dt.scalar() == dtypes.bool: return f"mask_v{dt.count}"   # int32 lanes of -1 (true) / 0
     if dt.count > 1: return f"{self.type_name(dt.scalar()).replace(' ', '_')}_v{dt.count}"   # typedef'd by vector_typedefs
+    if dt == dtypes.float16 and self.float16_unavailable: raise NotImplementedError(self.float16_unavailable)
+    if dt == dtypes.float16 and self.float16_mode != "native": return "unsigned short"   # the 16-bit word
     if dt not in self.type_names: raise NotImplementedError(f"{type(self).__name__} can't render dtype {dt}")
     return self.type_names[dt]
 
@@ -78,6 +86,7 @@ class CRenderer:
   def render_const(self, value: float | int | bool, dt: DType) -> str:
     if dtypes.is_bool(dt): return "1" if value else "0"
     if dt == dtypes.bfloat16: return f"(({self.type_name(dt)}){bfloat16_bits(value):#06x})"   # the 16-bit word
+    if dt == dtypes.float16 and self.float16_mode != "native": return f"(({self.type_name(dt)}){float16_bits(value):#06x})"
     if dtypes.is_float(dt):
       if math.isnan(value): return "NAN"
       if math.isinf(value): return ("-" if value < 0 else "") + "INFINITY"
@@ -102,7 +111,13 @@ class CRenderer:
       expr = self.render_cast(expr, u.dtype)
     return expr
 
-  def render_cast(self, x: str, dt: DType, from_dt: DType | None = None) -> str: return f"(({self.type_name(dt)})({x}))"
+  def render_cast(self, x: str, dt: DType, from_dt: DType | None = None) -> str:
+    if self.float16_mode != "native" and dtypes.float16 in (dt, from_dt) and dt != from_dt:   # float16 words convert through float
+      if from_dt == dtypes.float16:
+        x, from_dt = f"half_to_float({x})", dtypes.float32
+        if dt == dtypes.float32: return x
+      if dt == dtypes.float16: return f"float_to_half({x if from_dt == dtypes.float32 else self.render_cast(x, dtypes.float32)})"
+    return f"(({self.type_name(dt)})({x}))"
 
   def render_bitcast(self, x: str, from_dt: DType, to_dt: DType) -> str:
     """Reinterpret the bits of `x` (same size) through a union, which C defines for this."""
@@ -242,7 +257,9 @@ class CRenderer:
   def prelude(self, uops: list[UOp]) -> list[str]:
     """What the source needs before the kernel function: includes, type definitions, helper functions."""
     return self.includes + self.vector_typedefs(uops) + self.vector_math(uops) + self.stream_helpers(self.streamed_stores(uops)) + \
-      self.masked_load_helpers(uops) + (idiom_helpers(simd_idioms(uops)) if self.vector_lanes else []) + self.max_helpers(uops)
+      self.masked_load_helpers(uops) + (idiom_helpers(simd_idioms(uops)) if self.vector_lanes else []) + self.max_helpers(uops) + \
+      (half_conversions(self.float16_mode) if self.float16_mode != "native" and any(
+        u.op is Ops.CAST and dtypes.float16 in (u.dtype, u.src[0].dtype) for u in uops) else [])
 
   # ---- scalar max without a branch ----
   def blended_maxes(self, uops: list[UOp]) -> set[UOp]:
@@ -350,6 +367,8 @@ class CRenderer:
     becomes a mask by comparing with zero."""
     if source.scalar() == dtypes.bool and target.scalar() == dtypes.float32:   # the bits of 1.0f where true: one AND
       return f"(({self.type_name(target)})(({x})&(({self.type_name(source)}){{0}}+0x3f800000)))"
+    if self.float16_mode != "native" and dtypes.float16 in (source.scalar(), target.scalar()):   # words would convert as integers
+      raise NotImplementedError(f"{type(self).__name__} holds float16 as 16-bit words and has no vector conversion for {source} -> {target}")
     if source.scalar() == dtypes.bool: return f"__builtin_convertvector(-({x}), {self.type_name(target)})"
     if target.scalar() == dtypes.bool: return f"({x}!={self.render_vector_const(0, source)})"
     return f"__builtin_convertvector({x}, {self.type_name(target)})"
@@ -396,6 +415,42 @@ class CRenderer:
 
 
 SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
+
+
+def float16_bits(value: float) -> int:
+  """The 16-bit word of the float16 nearest to `value`."""
+  with np.errstate(over="ignore"): return int(np.array(value, dtype=np.float16).view(np.uint16))
+
+
+def half_conversions(mode: str) -> list[str]:
+  """C for `float half_to_float(unsigned short word)` (exact) and `unsigned short float_to_half(float)` (to nearest,
+  ties to even; past 65504 to inf; a NaN stays a quiet NaN with its sign and the top of its payload, as F16C does).
+  mode "f16c": the F16C instructions (vcvtph2ps/vcvtps2ph); "bits": integer code that needs nothing of the target
+  and nothing of the floating-point environment (flush-to-zero set by other code can't change its subnormals)."""
+  if mode == "f16c":
+    return ["#include <immintrin.h>",
+            "static inline float half_to_float(unsigned short h) { return _cvtsh_ss(h); }",
+            "static inline unsigned short float_to_half(float f) { return (unsigned short)_cvtss_sh(f, 0); }   /* 0: to nearest even */"]
+  if mode != "bits": raise ValueError(f"no float16 conversions for mode {mode!r}")
+  return [
+    "static inline float half_to_float(unsigned short h) {",
+    "  unsigned int sign = (unsigned int)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;",
+    "  if (exponent == 0) { float f = (float)mantissa * 5.9604644775390625e-8f; return sign ? -f : f; }   /* 0, subnormal: m * 2^-24 */",
+    "  union { unsigned int u; float f; } out;",
+    "  out.u = sign | (mantissa << 13) | (exponent == 31 ? 0x7f800000u | (mantissa ? 0x400000u : 0) : (exponent + 112) << 23);",
+    "  return out.f;",
+    "}",
+    "static inline unsigned short float_to_half(float f) {",
+    "  union { float f; unsigned int u; } in = {f};",
+    "  unsigned int sign = (in.u >> 16) & 0x8000, a = in.u & 0x7fffffffu;",
+    "  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00 | ((a >> 13) & 0x3ff));   /* NaN */",
+    "  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00);   /* inf, and what rounds past 65504 (from 65520 on) */",
+    "  if (a >= 0x38800000u) return (unsigned short)(sign | ((a - 0x38000000u + 0xfffu + ((a >> 13) & 1)) >> 13));   /* normal */",
+    "  if (a <= 0x33000000u) return (unsigned short)sign;   /* up to 2^-25, half the smallest subnormal: to (even) zero */",
+    "  unsigned int shift = 126 - (a >> 23), m = (a & 0x7fffffu) | 0x800000u;   /* subnormal: round m * 2^-shift to an integer */",
+    "  unsigned int q = m >> shift, rest = m & ((1u << shift) - 1), tie = 1u << (shift - 1);",
+    "  return (unsigned short)(sign | (q + ((rest > tie) | ((rest == tie) & (q & 1)))));",
+    "}"]
 
 
 def _exp2_avx512(vec: str) -> list[str]:

@@ -5,9 +5,12 @@ Output: `create_device()` -> a `Compiled` whose compiler turns source into share
 program class loads those bytes and calls the kernel on buffer addresses plus int32 values.
 """
 from __future__ import annotations
+from dataclasses import dataclass, asdict
 from typing import Any
 import ctypes
 import _ctypes
+import hashlib
+import json
 import os
 import platform
 import shlex
@@ -19,7 +22,8 @@ import threading
 import time
 import numpy as np
 from minigrad.helpers import DEBUG, cache_dir, cpu_model, cpu_threads
-from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source
+from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source, disk_cache_enabled, \
+  read_cache_entry, write_cache_entry
 from minigrad.runtime.cpu_pool import ENTRY_SUFFIX, LaunchList
 
 PARALLEL_MIN_WORK = 1 << 16   # loop iterations below which a second thread costs more than it saves
@@ -90,6 +94,7 @@ COMPILER_CANDIDATES = ("clang", "gcc", "cc")
 # NaN/inf semantics and the order of float additions stay as written.
 # -fwrapv: signed integer overflow wraps around (as in torch/numpy) instead of being undefined behaviour.
 # -fno-math-errno only stops sqrtf & co. from setting errno, which lets them become single instructions.
+# -march=native stands for the flag by which the compiler takes this CPU's instructions (see TARGET_FLAG_CANDIDATES).
 CFLAGS = ("-shared", "-O2", "-march=native", "-fPIC", "-ffp-contract=fast", "-fno-math-errno", "-fwrapv")
 # gcc only: at -O2 gcc vectorizes a loop only when that costs nothing extra. Scalar kernels (the lanes are a small
 # dim, e.g. a 2x2 pooling window) then keep their selects as branches, which mispredict on data (a max pooling's
@@ -130,6 +135,80 @@ def find_c_compiler(cc: str | None = None, purpose: str = "for the CPU device") 
   raise RuntimeError(f"no working C compiler {purpose} (tried {tried}): {hint}")
 
 
+# ---------------------------------------------------------------- what the compiler accepts (probed once)
+
+# how the compiler is told to use this CPU's instructions, in order of preference: -march=native (gcc; clang on x86),
+# -mcpu=native (clang before 15 rejects -march=native on aarch64), else nothing (the target's baseline)
+TARGET_FLAG_CANDIDATES: tuple[tuple[str, ...], ...] = (("-march=native",), ("-mcpu=native",), ())
+# the compiler defines one of these when the target computes in half precision itself (AVX512-FP16, Armv8.2 FP16). Then
+# gcc 12 and clang 14 turn float32 arithmetic between two roundings to _Float16 into half arithmetic and, under
+# -ffp-contract=fast, fuse a half multiply and add into one FMA: a*b is never rounded to half, as torch rounds it
+HALF_ARITHMETIC_MACROS = ("__AVX512FP16__", "__ARM_FEATURE_FP16_SCALAR_ARITHMETIC")
+F16C_MACRO = "__F16C__"
+
+# one small C source per feature; their names don't collide, so they also compile together as one source
+FEATURE_PROBES: dict[str, str] = {
+  # vector types: lanes, a scalar with a vector, comparisons giving masks, reinterpreting bits, lane-wise conversion
+  "vector_extensions": """typedef float probe_f4 __attribute__((vector_size(16)));
+typedef int probe_i4 __attribute__((vector_size(16)));
+probe_f4 probe_vectors(probe_f4 a, probe_i4 m) {
+  probe_f4 b = __builtin_convertvector(m, probe_f4) + a[0];
+  probe_i4 keep = a > b;
+  return (probe_f4)(((probe_i4)a & keep) | ((probe_i4)b & ~keep));
+}
+""",
+  "shufflevector": """typedef float probe_s4 __attribute__((vector_size(16)));
+probe_s4 probe_shuffle(probe_s4 a, probe_s4 b) { return __builtin_shufflevector(a, b, 0, 4, 1, 5); }
+""",
+  # _Float16 in memory, converted from and to float, double and ints, and in arithmetic
+  "float16": """_Float16 probe_float16(_Float16* p, float f, int i, double d) {
+  p[2] = (_Float16)f + (_Float16)i;
+  return (_Float16)((float)p[0] * (float)p[1] + (float)(long long)p[2]) + (_Float16)(float)((double)p[1] * d);
+}
+""",
+}
+
+
+def _half_conversion_probe(mode: str) -> str:
+  """The float16 word conversions the C renderer writes in `mode`, renamed so both modes compile in one source."""
+  from minigrad.codegen.c_renderer import half_conversions
+  names = f"#define half_to_float probe_{mode}_half_to_float\n#define float_to_half probe_{mode}_float_to_half\n"
+  use = f"float probe_{mode}(float f) {{ return half_to_float(float_to_half(f)); }}\n"
+  return names + "\n".join(half_conversions(mode)) + "\n" + use + "#undef half_to_float\n#undef float_to_half\n"
+
+
+@dataclass(frozen=True)
+class CompilerCapabilities:
+  """What a C compiler accepts with the flags the CPU device compiles with (`CCompiler.probe`). The defaults are what
+  minigrad assumes of a compiler it could not ask (the probe timed out)."""
+  target_flags: tuple[str, ...] = ("-march=native",)   # the entry of TARGET_FLAG_CANDIDATES the compiler takes
+  vector_extensions: bool = True   # GCC/clang vector types (see FEATURE_PROBES)
+  shufflevector: bool = True       # __builtin_shufflevector (clang; gcc 12 and newer)
+  float16: bool = True             # _Float16 (gcc 12+ on x86-64; clang 15+ on x86-64, older clang only with AVX512-FP16)
+  half_arithmetic: bool = False    # the target computes in half precision itself (HALF_ARITHMETIC_MACROS)
+  f16c: bool = False               # the target has F16C (x86) and the F16C float16 conversions compile
+  half_bits: bool = True           # the portable float16 conversions (integer code) compile
+  errors: tuple[str, ...] = ()     # "feature: the compiler's first error line" for each feature it rejected
+
+
+def float16_mode(capabilities: CompilerCapabilities) -> str | None:
+  """How the CPU kernels spell float16 for a compiler (see CRenderer.float16_mode): C's _Float16 where the compiler has
+  it and the target converts through float32, so every cast to _Float16 rounds; else the 16-bit words, converted with
+  F16C where the target has it, else with integer code; None when none of these compiles."""
+  if capabilities.float16 and not capabilities.half_arithmetic: return "native"
+  if capabilities.f16c: return "f16c"
+  if capabilities.half_bits: return "bits"
+  return None
+
+
+# probe answers by _probe_key: the documented in-process cache of CCompiler.probe (also kept on disk, see there)
+_probed: dict[str, CompilerCapabilities] = {}
+
+
+class CompileTimeout(CompileError):
+  """The compiler did not finish within its time limit."""
+
+
 def has_libmvec() -> bool:
   import ctypes.util
   return platform.machine() == "x86_64" and ctypes.util.find_library("mvec") is not None
@@ -141,18 +220,67 @@ class CCompiler(Compiler):
 
   def __init__(self, cc: str | None = None, timeout_s: float = 120.0, extra_flags: tuple[str, ...] = ()):
     self.argv, self.version = find_c_compiler(cc)
-    self.flags = CFLAGS + (() if "clang" in self.version.lower() else GCC_FLAGS) + extra_flags
     # libm, and glibc's SIMD math library (libmvec) when it is there: kernels call its vector exp2f/log2f/sinf
     self.libraries = ["-lm"] + (["-lmvec"] if has_libmvec() else [])
     self.timeout_s = timeout_s
+    flags = CFLAGS + (() if "clang" in self.version.lower() else GCC_FLAGS) + extra_flags
+    self.capabilities = self.probe(flags)
+    self.flags = _with_target(flags, self.capabilities.target_flags)
     super().__init__(f"{shlex.join(self.argv)} [{self.version}] {' '.join(self.flags + tuple(self.libraries))} cpu={_host_cpu_id()}")
 
+  @property
+  def description(self) -> str: return f"{shlex.join(self.argv)} ({self.version})"
+
   def has_shufflevector(self) -> bool:
-    """Does the compiler know __builtin_shufflevector (clang, gcc 12 and newer)? Asked once per compiler (cached)."""
-    probe = "typedef float f4 __attribute__((vector_size(16)));\nf4 probe(f4 a, f4 b) { return __builtin_shufflevector(a, b, 0, 4, 1, 5); }\n"
-    try: self.compile_cached(probe)
-    except CompileError: return False
-    return True
+    """Does the compiler know __builtin_shufflevector (clang, gcc 12 and newer)? See `probe`."""
+    return self.capabilities.shufflevector
+
+  def probe(self, flags: tuple[str, ...]) -> CompilerCapabilities:
+    """What this compiler accepts with `flags` (CFLAGS and the rest; -march=native is tried as each entry of
+    TARGET_FLAG_CANDIDATES): which target flag, vector extensions, __builtin_shufflevector, _Float16, F16C, and whether
+    the target computes in half precision itself. Asked once per compiler executable, version, flags and CPU: kept in
+    this process and on disk next to the compiled binaries (unless DISABLE_COMPILER_CACHE). Costs one preprocessor run
+    and one tiny compile; a compiler that rejects that compile gets one compile per feature, to tell which it lacks."""
+    key = _probe_key(self.argv, self.version, flags)
+    if key in _probed: return _probed[key]
+    path = cache_dir() / "compiler_probes" / hashlib.sha256(key.encode()).hexdigest() if disk_cache_enabled() else None
+    cached = read_cache_entry(path, "compiler probe") if path is not None else None
+    try: capabilities = CompilerCapabilities(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(cached).items()}) if cached else None
+    except (ValueError, TypeError): capabilities = None   # written by another version of this class: asked again
+    if capabilities is None:
+      try: capabilities = self._ask(flags)
+      except CompileTimeout:   # a compiler this slow gets what minigrad assumed before it asked; asked again next time
+        if DEBUG >= 1: print(f"C compiler {self.description}: its probe did not finish within {self.timeout_s} s")
+        return CompilerCapabilities()
+      if DEBUG >= 2: print(f"C compiler {self.description}: {capabilities}")
+      if path is not None: write_cache_entry(path, json.dumps(asdict(capabilities)).encode(), "compiler probe")
+    _probed[key] = capabilities
+    return capabilities
+
+  def _ask(self, flags: tuple[str, ...]) -> CompilerCapabilities:
+    macros: set[str] | None = None
+    for target in TARGET_FLAG_CANDIDATES:   # the first target flag the compiler takes, and the macros it defines then
+      self.flags = _with_target(flags, target)
+      returncode, output = self._run([*self.argv, *self.flags, "-dM", "-E", "-x", "c", "-"], "")
+      if returncode == 0:
+        macros = {line.split()[1].split("(")[0] for line in output.splitlines() if line.startswith("#define ") and len(line.split()) > 1}
+        break
+    if macros is None: macros = set()   # it takes none of them, not even no flag: the compiles below fail and say why
+    probes = dict(FEATURE_PROBES, half_bits=_half_conversion_probe("bits"))
+    if F16C_MACRO in macros: probes["f16c"] = _half_conversion_probe("f16c")
+    accepted = {name: True for name in probes}
+    errors = []
+    try: self.compile("".join(probes.values()))
+    except CompileTimeout: raise
+    except CompileError:   # one of them is missing: which?
+      for name, source in probes.items():
+        try: self.compile(source)
+        except CompileTimeout: raise
+        except CompileError as e:
+          accepted[name] = False
+          errors.append(f"{name}: {next((line.strip() for line in str(e).splitlines() if 'error' in line), str(e).splitlines()[0])}")
+    return CompilerCapabilities(target, accepted["vector_extensions"], accepted["shufflevector"], accepted["float16"],
+                                any(m in macros for m in HALF_ARITHMETIC_MACROS), accepted.get("f16c", False), accepted["half_bits"], tuple(errors))
 
   def compile(self, src: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="minigrad_cc_") as workdir:
@@ -174,9 +302,26 @@ class CCompiler(Compiler):
       try: os.killpg(process.pid, signal.SIGKILL)
       except OSError: pass
       process.communicate()
-      raise CompileError(f"{self.argv[0]} did not finish within {self.timeout_s} s\n"
+      raise CompileTimeout(f"{self.argv[0]} did not finish within {self.timeout_s} s\n"
                          f"--- source ---\n{numbered_source(src)}") from None
     return process.returncode, (stderr or "") + (stdout or "")
+
+
+def _with_target(flags: tuple[str, ...], target: tuple[str, ...]) -> tuple[str, ...]:
+  """`flags` with its -march=native replaced by `target` (an entry of TARGET_FLAG_CANDIDATES)."""
+  return tuple(flag for f in flags for flag in (target if f == "-march=native" else (f,)))
+
+
+def _probe_key(argv: list[str], version: str, flags: tuple[str, ...]) -> str:
+  """Names the compiler's answers: its command, the executable (path, size, time: a reinstall is asked anew), its
+  version, the flags, the CPU (-march=native means another target on another CPU) and the probes' sources."""
+  executable = os.path.realpath(shutil.which(argv[0]) or argv[0])
+  try: stat = os.stat(executable)
+  except OSError: stat = None
+  from minigrad.codegen.c_renderer import half_conversions
+  probes = hashlib.sha256(repr((FEATURE_PROBES, TARGET_FLAG_CANDIDATES, HALF_ARITHMETIC_MACROS, half_conversions("bits"),
+                                half_conversions("f16c"), list(CompilerCapabilities.__dataclass_fields__))).encode()).hexdigest()
+  return json.dumps([argv, executable, stat and stat.st_size, stat and stat.st_mtime_ns, version, flags, _host_cpu_id(), probes])
 
 
 # ---------------------------------------------------------------- running compiled kernels
@@ -276,8 +421,21 @@ def create_device() -> Compiled:
   compiler = CCompiler()
   try:
     from minigrad.codegen.c_renderer import CRenderer
-    renderer: Any = CRenderer()
-    renderer.shufflevector = compiler.has_shufflevector()
+    renderer: Any = configure_renderer(CRenderer(), compiler)
   except ImportError:
     renderer = None
   return Compiled("CPU", CPUAllocator(), compiler, renderer, CPUProgram)
+
+
+def configure_renderer(renderer: Any, compiler: CCompiler) -> Any:
+  """Tell the C renderer what the compiler's answers decided (see CCompiler.probe): it only spells the decisions."""
+  capabilities = compiler.capabilities
+  renderer.vector_lanes = capabilities.vector_extensions   # without vector types, kernels stay scalar C
+  renderer.shufflevector = capabilities.shufflevector
+  mode = float16_mode(capabilities)
+  renderer.float16_mode = mode or "bits"
+  renderer.float16_unavailable = "" if mode else (
+    f"the CPU device can't compile float16 (half) kernels with {compiler.description}: it accepts neither _Float16 nor "
+    f"the conversions of float16 words through float ({'; '.join(capabilities.errors) or 'no error given'}); set CC to "
+    f"a C compiler that has _Float16 (gcc 12 or newer, clang 15 or newer)")
+  return renderer
