@@ -8,7 +8,6 @@ import functools
 import math
 import os
 import pathlib
-import platform
 import tempfile
 
 
@@ -81,29 +80,16 @@ def cache_dir() -> pathlib.Path:
   return path
 
 
-@functools.cache
-def _cpuinfo() -> dict[str, str]:
-  """The first CPU's fields in /proc/cpuinfo (Linux), else none."""
-  fields: dict[str, str] = {}
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if not line.strip(): break   # the first CPU's fields are enough
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
-  except OSError: pass
-  return fields
-
-
 def cpu_model() -> str:
-  """The CPU's model name (from /proc/cpuinfo on Linux), for cache keys and benchmark reports."""
-  return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+  """The CPU's model name, for benchmark reports (minigrad/target.py reads it; never a cache key)."""
+  from minigrad.target import cpu_model as model   # target.py imports this module: imported when asked
+  return model()
 
 
 def cpu_halves_wide_vectors() -> bool:
-  """Does the CPU run a 64-byte SIMD vector as two 32-byte halves? AMD family 25 (Zen 3, Zen 4) does; then rows of
-  memory stream faster as 32-byte vectors (see heuristics rule 5)."""
-  return _cpuinfo().get("vendor_id") == "AuthenticAMD" and _cpuinfo().get("cpu family") == "25"
+  """Does the host CPU run a 64-byte SIMD vector as two 32-byte halves? See minigrad/target.py."""
+  from minigrad.target import cpu_halves_wide_vectors as halves
+  return halves()
 
 
 def colored(text: str, color: str | None) -> str:

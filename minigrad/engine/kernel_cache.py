@@ -10,8 +10,9 @@ either.
 
 An entry is keyed by everything its result depends on: the AST (as ast_key prints it), the device, the opts, NOOPT,
 the thread count the heuristics plan for, the renderer's settings (its instance attributes: the CPU's vector
-features found at start-up, say) and the source of the minigrad package itself, so that an edit to any module
-starts a new set of entries. Entries live under cache_dir()/kernels; DISABLE_COMPILER_CACHE=1 turns this cache
+features found at start-up, say), the device's Target (minigrad/target.py: its ISA `key` and the facts policy reads,
+`tuning_key`; CPU and LLVM) and the source of the minigrad package itself, so that an edit to any module starts a new
+set of entries. Entries live under cache_dir()/kernels; DISABLE_COMPILER_CACHE=1 turns this cache
 off with the compiler's.
 """
 from __future__ import annotations
@@ -46,10 +47,17 @@ def _renderer_settings(renderer: Any) -> str:
   return type(renderer).__name__ + repr(sorted(settings.items()))
 
 
+def target_key(device: str) -> str:
+  """What the device's Target says, for keys: "" for devices without one (GPUs, PYTHON)."""
+  target = getattr(Device[device].compiler, "target", None)
+  return "" if target is None else target.tuning_key
+
+
 def entry_path(ast: UOp, device: str, opts: list[Opt] | None) -> pathlib.Path:
   dev = Device[device]
   text = "\0".join((f"kernels v{CACHE_VERSION}", package_version(), ast_key(ast), device, repr(opts), str(NOOPT.value),
-                    str(heuristics.cpu_threads()), _renderer_settings(dev.renderer), getattr(dev.compiler, "cache_key", "")))
+                    str(heuristics.cpu_threads()), _renderer_settings(dev.renderer), getattr(dev.compiler, "cache_key", ""),
+                    target_key(device)))
   return cache_dir() / "kernels" / hashlib.sha256(text.encode()).hexdigest()
 
 

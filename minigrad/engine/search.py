@@ -19,7 +19,8 @@ floats to a tolerance: sums may be added up in another order), else it is droppe
 chosen. A candidate that fails (render, compile, bounds check, run, wrong output) is skipped with a DEBUG>=2 line;
 the search never crashes on a candidate. It never reads or writes the user's buffers.
 
-Results are kept on disk under `cache_dir() / "beam"`: one JSON file per (kernel AST, device, compiler, beam width),
+Results are kept on disk under `cache_dir() / "beam"`: one JSON file per (kernel AST, device, compiler, the CPU and
+LLVM devices' Target ISA (`Target.key`: actions tuned for AVX-512 are not reused on an AVX2 CPU), beam width),
 named by a sha256 of those and holding the actions and the AST printout; writes are atomic. An entry that can't be
 read, is for another AST or whose actions don't apply any more is ignored and searched again. `chosen_opts` keeps
 this process's answers in memory.
@@ -82,8 +83,9 @@ def beam_search(ast: UOp, device: str, width: int) -> list[Opt]:
 # ---------------------------------------------------------------- the disk cache
 
 def cache_path(ast: UOp, device: str, width: int) -> pathlib.Path:
-  compiler_key = Device[device].compiler.cache_key
-  text = "\0".join((f"beam v{CACHE_VERSION}", ast_key(ast), device, compiler_key, str(width)))
+  compiler = Device[device].compiler
+  target = getattr(compiler, "target", None)   # CPU and LLVM: what the code may assume
+  text = "\0".join((f"beam v{CACHE_VERSION}", ast_key(ast), device, compiler.cache_key, target.key if target else "", str(width)))
   return cache_dir() / "beam" / f"{hashlib.sha256(text.encode()).hexdigest()}.json"
 
 

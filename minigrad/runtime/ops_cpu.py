@@ -3,12 +3,17 @@
 Input: C source text from minigrad.codegen.c_renderer (one exported `void name(...)` function per kernel).
 Output: `create_device()` -> a `Compiled` whose compiler turns source into shared-library bytes and whose
 program class loads those bytes and calls the kernel on buffer addresses plus int32 values.
+
+The compiler builds for a Target (minigrad/target.py: -march=native, or $CPU_TARGET), and its binaries are keyed by
+the Target's ISA (`Target.key`), the compiler and its flags, never by the CPU's model name: a cache carried to another
+CPU finds binaries only when that CPU's code may assume the same instructions.
 """
 from __future__ import annotations
 from dataclasses import dataclass, asdict
 from typing import Any
 import ctypes
 import _ctypes
+import functools
 import hashlib
 import json
 import os
@@ -21,7 +26,8 @@ import tempfile
 import threading
 import time
 import numpy as np
-from minigrad.helpers import DEBUG, cache_dir, cpu_model, cpu_threads
+from minigrad.helpers import DEBUG, cache_dir, cpu_threads
+from minigrad.target import Target, cpu_target, ensure_runnable, march_flag_candidates
 from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source, disk_cache_enabled, \
   read_cache_entry, write_cache_entry
 from minigrad.runtime.cpu_pool import ENTRY_SUFFIX, LaunchList
@@ -94,7 +100,7 @@ COMPILER_CANDIDATES = ("clang", "gcc", "cc")
 # NaN/inf semantics and the order of float additions stay as written.
 # -fwrapv: signed integer overflow wraps around (as in torch/numpy) instead of being undefined behaviour.
 # -fno-math-errno only stops sqrtf & co. from setting errno, which lets them become single instructions.
-# -march=native stands for the flag by which the compiler takes this CPU's instructions (see TARGET_FLAG_CANDIDATES).
+# -march=native stands for the flag by which the compiler takes the Target's instructions (see target_flag_candidates).
 CFLAGS = ("-shared", "-O2", "-march=native", "-fPIC", "-ffp-contract=fast", "-fno-math-errno", "-fwrapv")
 # gcc only: at -O2 gcc vectorizes a loop only when that costs nothing extra. Scalar kernels (the lanes are a small
 # dim, e.g. a 2x2 pooling window) then keep their selects as branches, which mispredict on data (a max pooling's
@@ -104,11 +110,6 @@ CFLAGS = ("-shared", "-O2", "-march=native", "-fPIC", "-ffp-contract=fast", "-fn
 # it loads those later elements when the part starts and stores the loaded (stale) values back when it ends, over
 # what another thread's part wrote meanwhile: a gather lost whole rows of its output now and then.
 GCC_FLAGS = ("-fvect-cost-model=dynamic", "-fno-predictive-commoning")
-
-
-def _host_cpu_id() -> str:
-  """Identifies the CPU for the cache key: -march=native binaries from another machine may not run here."""
-  return cpu_model()
 
 
 def _probe_compiler(argv: list[str]) -> str | None:
@@ -138,8 +139,9 @@ def find_c_compiler(cc: str | None = None, purpose: str = "for the CPU device") 
 # ---------------------------------------------------------------- what the compiler accepts (probed once)
 
 # how the compiler is told to use this CPU's instructions, in order of preference: -march=native (gcc; clang on x86),
-# -mcpu=native (clang before 15 rejects -march=native on aarch64), else nothing (the target's baseline)
-TARGET_FLAG_CANDIDATES: tuple[tuple[str, ...], ...] = (("-march=native",), ("-mcpu=native",), ())
+# -mcpu=native (clang before 15 rejects -march=native on aarch64), else nothing (the target's baseline). A Target with
+# another march has the one flag -march=<name> (see minigrad.target.march_flag_candidates).
+TARGET_FLAG_CANDIDATES: tuple[tuple[str, ...], ...] = march_flag_candidates("native")
 # the compiler defines one of these when the target computes in half precision itself (AVX512-FP16, Armv8.2 FP16). Then
 # gcc 12 and clang 14 turn float32 arithmetic between two roundings to _Float16 into half arithmetic and, under
 # -ffp-contract=fast, fuse a half multiply and add into one FMA: a*b is never rounded to half, as torch rounds it
@@ -181,7 +183,7 @@ def _half_conversion_probe(mode: str) -> str:
 class CompilerCapabilities:
   """What a C compiler accepts with the flags the CPU device compiles with (`CCompiler.probe`). The defaults are what
   minigrad assumes of a compiler it could not ask (the probe timed out)."""
-  target_flags: tuple[str, ...] = ("-march=native",)   # the entry of TARGET_FLAG_CANDIDATES the compiler takes
+  target_flags: tuple[str, ...] = ("-march=native",)   # the entry of target_flag_candidates the compiler takes
   vector_extensions: bool = True   # GCC/clang vector types (see FEATURE_PROBES)
   shufflevector: bool = True       # __builtin_shufflevector (clang; gcc 12 and newer)
   float16: bool = True             # _Float16 (gcc 12+ on x86-64; clang 15+ on x86-64, older clang only with AVX512-FP16)
@@ -214,19 +216,27 @@ def has_libmvec() -> bool:
   return platform.machine() == "x86_64" and ctypes.util.find_library("mvec") is not None
 
 
+def target_flag_candidates(target: Target) -> tuple[tuple[str, ...], ...]:
+  """The flags that may stand for -march=native in CFLAGS when compiling for `target`, in order of preference."""
+  return march_flag_candidates(target.march)
+
+
 class CCompiler(Compiler):
   """Compiles C source to a shared library (bytes) with clang/gcc in a subprocess, never for longer than
-  `timeout_s` seconds."""
+  `timeout_s` seconds, for `target` (default: minigrad.target.cpu_target() as this compiler sees it)."""
 
-  def __init__(self, cc: str | None = None, timeout_s: float = 120.0, extra_flags: tuple[str, ...] = ()):
+  def __init__(self, cc: str | None = None, timeout_s: float = 120.0, extra_flags: tuple[str, ...] = (),
+               target: Target | None = None):
     self.argv, self.version = find_c_compiler(cc)
+    self.target = target if target is not None else cpu_target(self.argv)
     # libm, and glibc's SIMD math library (libmvec) when it is there: kernels call its vector exp2f/log2f/sinf
     self.libraries = ["-lm"] + (["-lmvec"] if has_libmvec() else [])
     self.timeout_s = timeout_s
     flags = CFLAGS + (() if "clang" in self.version.lower() else GCC_FLAGS) + extra_flags
     self.capabilities = self.probe(flags)
     self.flags = _with_target(flags, self.capabilities.target_flags)
-    super().__init__(f"{shlex.join(self.argv)} [{self.version}] {' '.join(self.flags + tuple(self.libraries))} cpu={_host_cpu_id()}")
+    super().__init__(f"{shlex.join(self.argv)} [{self.version}] {' '.join(self.flags + tuple(self.libraries))} "
+                     f"target={self.target.key}")
 
   @property
   def description(self) -> str: return f"{shlex.join(self.argv)} ({self.version})"
@@ -237,11 +247,11 @@ class CCompiler(Compiler):
 
   def probe(self, flags: tuple[str, ...]) -> CompilerCapabilities:
     """What this compiler accepts with `flags` (CFLAGS and the rest; -march=native is tried as each entry of
-    TARGET_FLAG_CANDIDATES): which target flag, vector extensions, __builtin_shufflevector, _Float16, F16C, and whether
-    the target computes in half precision itself. Asked once per compiler executable, version, flags and CPU: kept in
-    this process and on disk next to the compiled binaries (unless DISABLE_COMPILER_CACHE). Costs one preprocessor run
-    and one tiny compile; a compiler that rejects that compile gets one compile per feature, to tell which it lacks."""
-    key = _probe_key(self.argv, self.version, flags)
+    target_flag_candidates): which target flag, vector extensions, __builtin_shufflevector, _Float16, F16C, and whether
+    the target computes in half precision itself. Asked once per compiler executable, version, flags and Target: kept
+    in this process and on disk next to the compiled binaries (unless DISABLE_COMPILER_CACHE). Costs one preprocessor
+    run and one tiny compile; a compiler that rejects that compile gets one compile per feature, to tell which it lacks."""
+    key = _probe_key(self.argv, self.version, flags, self.target)
     if key in _probed: return _probed[key]
     path = cache_dir() / "compiler_probes" / hashlib.sha256(key.encode()).hexdigest() if disk_cache_enabled() else None
     cached = read_cache_entry(path, "compiler probe") if path is not None else None
@@ -251,7 +261,7 @@ class CCompiler(Compiler):
       try: capabilities = self._ask(flags)
       except CompileTimeout:   # a compiler this slow gets what minigrad assumed before it asked; asked again next time
         if DEBUG >= 1: print(f"C compiler {self.description}: its probe did not finish within {self.timeout_s} s")
-        return CompilerCapabilities()
+        return CompilerCapabilities(target_flags=target_flag_candidates(self.target)[0])
       if DEBUG >= 2: print(f"C compiler {self.description}: {capabilities}")
       if path is not None: write_cache_entry(path, json.dumps(asdict(capabilities)).encode(), "compiler probe")
     _probed[key] = capabilities
@@ -259,7 +269,7 @@ class CCompiler(Compiler):
 
   def _ask(self, flags: tuple[str, ...]) -> CompilerCapabilities:
     macros: set[str] | None = None
-    for target in TARGET_FLAG_CANDIDATES:   # the first target flag the compiler takes, and the macros it defines then
+    for target in target_flag_candidates(self.target):   # the first target flag the compiler takes, and its macros then
       self.flags = _with_target(flags, target)
       returncode, output = self._run([*self.argv, *self.flags, "-dM", "-E", "-x", "c", "-"], "")
       if returncode == 0:
@@ -308,20 +318,20 @@ class CCompiler(Compiler):
 
 
 def _with_target(flags: tuple[str, ...], target: tuple[str, ...]) -> tuple[str, ...]:
-  """`flags` with its -march=native replaced by `target` (an entry of TARGET_FLAG_CANDIDATES)."""
+  """`flags` with its -march=native replaced by `target` (an entry of target_flag_candidates)."""
   return tuple(flag for f in flags for flag in (target if f == "-march=native" else (f,)))
 
 
-def _probe_key(argv: list[str], version: str, flags: tuple[str, ...]) -> str:
+def _probe_key(argv: list[str], version: str, flags: tuple[str, ...], target: Target) -> str:
   """Names the compiler's answers: its command, the executable (path, size, time: a reinstall is asked anew), its
-  version, the flags, the CPU (-march=native means another target on another CPU) and the probes' sources."""
+  version, the flags, the Target's ISA (-march=native means another target on another CPU) and the probes' sources."""
   executable = os.path.realpath(shutil.which(argv[0]) or argv[0])
   try: stat = os.stat(executable)
   except OSError: stat = None
   from minigrad.codegen.c_renderer import half_conversions
   probes = hashlib.sha256(repr((FEATURE_PROBES, TARGET_FLAG_CANDIDATES, HALF_ARITHMETIC_MACROS, half_conversions("bits"),
                                 half_conversions("f16c"), list(CompilerCapabilities.__dataclass_fields__))).encode()).hexdigest()
-  return json.dumps([argv, executable, stat and stat.st_size, stat and stat.st_mtime_ns, version, flags, _host_cpu_id(), probes])
+  return json.dumps([argv, executable, stat and stat.st_size, stat and stat.st_mtime_ns, version, flags, target.key, probes])
 
 
 # ---------------------------------------------------------------- running compiled kernels
@@ -347,14 +357,16 @@ def load_library(lib: bytes) -> ctypes.CDLL:
 
 
 class CPUProgram:
-  """A compiled kernel: `program(*buffer_addresses, wait=True, outer_loop=n, work=w)` runs it.
+  """A compiled kernel: `program(*buffer_addresses, wait=True, outer_loop=n, work=w)` runs it. Given the `target` it
+  was compiled for, it refuses to load code this CPU can't run (minigrad.target.ensure_runnable).
 
   Kernels rendered by minigrad also export `<name>_entry(void *const *bufs, int core_start, int core_end)`: they
   run through the C thread pool (minigrad/runtime/cpu_pool.c), which cuts the outermost loop into parts the
   threads take in turn. Other code (a hand-written kernel, or `vals=(n, ...)` int arguments after the buffers)
   is called directly with ctypes, on the calling thread."""
 
-  def __init__(self, name: str, lib: bytes):
+  def __init__(self, name: str, lib: bytes, target: Target | None = None):
+    if target is not None: ensure_runnable(target)
     self.name = name
     self.lib = load_library(lib)
     try: self.function = getattr(self.lib, name)
@@ -424,7 +436,7 @@ def create_device() -> Compiled:
     renderer: Any = configure_renderer(CRenderer(), compiler)
   except ImportError:
     renderer = None
-  return Compiled("CPU", CPUAllocator(), compiler, renderer, CPUProgram)
+  return Compiled("CPU", CPUAllocator(), compiler, renderer, functools.partial(CPUProgram, target=compiler.target))
 
 
 def configure_renderer(renderer: Any, compiler: CCompiler) -> Any:

@@ -1,21 +1,25 @@
 """The LLVM device: host memory, LLVM IR compiled in-process with llvmlite for this CPU, kernels run with ctypes.
 
 Input: LLVM IR text from minigrad.codegen.llvm_renderer (one exported `void @name(ptr..., i32...)` per kernel).
-Output: `create_device()` -> a `Compiled` whose compiler optimizes the IR for the host CPU (its name and
-features, so AVX-512 is used where present), emits an object file and links it into a shared library (bytes,
-cached on disk by the Compiler base). The library is loaded and launched exactly as the CPU backend's: the
-same allocator, thread pool and outer-loop splitting (minigrad.runtime.ops_cpu).
+Output: `create_device()` -> a `Compiled` whose compiler optimizes the IR for the CPU device's Target
+(minigrad/target.py): with -march=native, the host CPU's name and features as LLVM sees them (so AVX-512 is used where
+present); with CPU_TARGET=<march>, that CPU name and the Target's features. It emits an object file and links it into
+a shared library (bytes, cached on disk by the Compiler base, keyed by the Target's ISA among the rest). The library
+is loaded and launched exactly as the CPU backend's: the same allocator, thread pool and outer-loop splitting
+(minigrad.runtime.ops_cpu).
 
 Linking with the system's C compiler driver (`cc -shared ... -lm -lmvec`) lets the dynamic loader resolve the libm
 functions LLVM calls for exp2/log2/sin (and glibc's SIMD variants the renderer calls on vectors), and unloading a
 kernel is an ordinary dlclose.
 """
 from __future__ import annotations
+import functools
 import os
 import subprocess
 import tempfile
 import threading
 from minigrad.helpers import DEBUG
+from minigrad.target import Target, cpu_target
 from minigrad.runtime.device import Compiled, CompileError, Compiler, numbered_source
 from minigrad.runtime.ops_cpu import CPUAllocator, CPUProgram, find_c_compiler, has_libmvec
 from minigrad.codegen.llvm_renderer import LLVMRenderer
@@ -36,17 +40,26 @@ LIBMVEC_VARIANTS = {4: ("b", "sse2"), 8: ("d", "avx2"), 16: ("e", "avx512f")}
 _llvm_lock = threading.Lock()   # LLVM's global context is not thread-safe
 
 
-class LLVMCompiler(Compiler):
-  """LLVM IR text -> optimized object code for the host CPU -> a shared library (bytes)."""
+def llvm_cpu(target: Target) -> tuple[str, str]:
+  """(CPU name, features string) for LLVM's target machine: the host's own for -march=native, else the march as the
+  CPU name and the Target's features ("+avx2,+fma,..."), which also hold where LLVM doesn't know the name."""
+  if target.march == "native": return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+  return target.march, ",".join(f"+{feature}" for feature in sorted(target.features))
 
-  def __init__(self, opt_level: int = OPT_LEVEL, link_timeout_s: float = 60.0):
+
+class LLVMCompiler(Compiler):
+  """LLVM IR text -> optimized object code for the Target (default: minigrad.target.cpu_target() as the linking C
+  compiler sees it) -> a shared library (bytes)."""
+
+  def __init__(self, opt_level: int = OPT_LEVEL, link_timeout_s: float = 60.0, target: Target | None = None):
     llvm.initialize_native_target()   # llvmlite >= 0.45 initializes the rest of LLVM itself
     llvm.initialize_native_asmprinter()
     self.opt_level, self.link_timeout_s = opt_level, link_timeout_s
-    self.cpu_name, self.features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    self.linker, linker_version = find_c_compiler(purpose="to link LLVM kernels into shared libraries")
+    self.target = target if target is not None else cpu_target(self.linker)
+    self.cpu_name, self.features = llvm_cpu(self.target)
     self.target_machine = llvm.Target.from_default_triple().create_target_machine(
       cpu=self.cpu_name, features=self.features, opt=opt_level, reloc="pic", codemodel="default")
-    self.linker, linker_version = find_c_compiler(purpose="to link LLVM kernels into shared libraries")
     enabled = {f[1:] for f in self.features.split(",") if f.startswith("+")}
     self.libmvec_widths = {width: letter for width, (letter, feature) in LIBMVEC_VARIANTS.items()
                            if feature in enabled} if has_libmvec() else {}
@@ -54,7 +67,7 @@ class LLVMCompiler(Compiler):
     self.libraries = ["-lm"] + (["-lmvec"] if self.libmvec_widths else [])
     super().__init__(f"llvmlite {llvmlite.__version__} LLVM {'.'.join(map(str, llvm.llvm_version_info))} O{opt_level} "
                      f"triple={self.target_machine.triple} cpu={self.cpu_name} features={self.features} "
-                     f"linker={self.linker[0]} [{linker_version}] {' '.join(self.libraries)}")
+                     f"linker={self.linker[0]} [{linker_version}] {' '.join(self.libraries)} target={self.target.key}")
 
   def compile(self, src: str) -> bytes:
     return self.link(self.compile_object(src))
@@ -99,4 +112,5 @@ class LLVMProgram(CPUProgram):
 def create_device() -> Compiled:
   compiler = LLVMCompiler()
   # the renderer may call the SIMD math functions this CPU and C library have
-  return Compiled("LLVM", CPUAllocator(), compiler, LLVMRenderer(libmvec_widths=compiler.libmvec_widths, avx512=compiler.avx512), LLVMProgram)
+  renderer = LLVMRenderer(libmvec_widths=compiler.libmvec_widths, avx512=compiler.avx512)
+  return Compiled("LLVM", CPUAllocator(), compiler, renderer, functools.partial(LLVMProgram, target=compiler.target))
