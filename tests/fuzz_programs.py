@@ -223,9 +223,9 @@ class _Drawer:
     candidates = [i for i in range(len(self.steps)) if accept(i)]
     return candidates[self.draw(st.integers(0, len(candidates) - 1))] if candidates else None
 
-  def broadcast_partner(self, a: int, dtypes_ok: tuple[str, ...]) -> int:
-    """An earlier value whose shape broadcasts with a's, or a new input of such a shape."""
-    shape = tuple(self.values[a].shape)
+  def broadcast_partner(self, a: int, dtypes_ok: tuple[str, ...], shape: tuple[int, ...] | None = None) -> int:
+    """An earlier value whose shape broadcasts with a's (or with `shape`), or a new input of such a shape."""
+    shape = tuple(self.values[a].shape) if shape is None else shape
     def fits(i: int) -> bool:
       other = tuple(self.values[i].shape)
       return self.dtype(i) in dtypes_ok and all(x == y or x == 1 or y == 1 for x, y in zip(shape[::-1], other[::-1]))
@@ -256,7 +256,8 @@ class _Drawer:
       cond = self.add(Step("binary", (a, self.broadcast_partner(a, ("float32", "int32") if dtype != "bool" else ("bool",))),
                            ("lt" if dtype != "bool" else "eq",)))
       x = self.broadcast_partner(cond, ("float32", "int32"))
-      self.add(Step("where", (cond, x, self.broadcast_partner(x, (self.dtype(x),)))))
+      both = torch.broadcast_shapes(self.values[cond].shape, self.values[x].shape)
+      self.add(Step("where", (cond, x, self.broadcast_partner(x, (self.dtype(x),), tuple(both)))))
     elif op == "reduce":
       kinds = ("sum", "max", "min", "mean") if is_float else ("sum", "max", "min") if dtype != "bool" else ("sum",)
       kind = draw(st.sampled_from(kinds))
