@@ -35,7 +35,15 @@ SCALAR_TYPES: dict[DType, str] = {
 FLOAT_TYPES = (dtypes.float16, dtypes.float32, dtypes.float64)   # bfloat16 is an i16 word here
 SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
 # float ops: the `contract` flag lets a multiply and an add become one fused multiply-add, like -ffp-contract=fast
-FLOAT_BINARY = {Ops.ADD: "fadd contract", Ops.MUL: "fmul contract", Ops.FDIV: "fdiv"}
+FLOAT_BINARY = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}
+
+
+def contract(u: UOp) -> str:
+  """The `contract` flag, except on float16 math: torch rounds it to half after each op. Half ops are computed in
+  float32 between an fpext and an fptrunc; LLVM narrows such an op back to half (exact), and on a CPU with half
+  arithmetic (AVX512-FP16) two contracted ones became one half FMA without the rounding in between."""
+  if u.dtype.scalar() == dtypes.float16 or any(s.op is Ops.CAST and s.src[0].dtype.scalar() == dtypes.float16 for s in u.src): return ""
+  return " contract"
 INT_BINARY = {Ops.ADD: "add", Ops.MUL: "mul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor", Ops.SHL: "shl"}
 BOOL_BINARY = {Ops.ADD: "or", Ops.MUL: "and", Ops.MAX: "or", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}
 INTRINSICS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
@@ -408,12 +416,12 @@ class _FunctionWriter:
 
   def float_alu(self, u: UOp, args: list[str]) -> str:
     op, ty = u.op, llvm_type(u.dtype)
-    if op in FLOAT_BINARY: return self.emit(u, f"{FLOAT_BINARY[op]} {ty} {args[0]}, {args[1]}")
+    if op in FLOAT_BINARY: return self.emit(u, f"{FLOAT_BINARY[op]}{contract(u) if op is not Ops.FDIV else ''} {ty} {args[0]}, {args[1]}")
     if op is Ops.NEG: return self.emit(u, f"fneg {ty} {args[0]}")
     if op is Ops.RECIP: return self.emit(u, f"fdiv {ty} {const_text(1.0, u.dtype)}, {args[0]}")
     if op is Ops.MULACC:
-      product = self.temp(u, f"fmul contract {ty} {args[0]}, {args[1]}")
-      return self.emit(u, f"fadd contract {ty} {product}, {args[2]}")
+      product = self.temp(u, f"fmul{contract(u)} {ty} {args[0]}, {args[1]}")
+      return self.emit(u, f"fadd{contract(u)} {ty} {product}, {args[2]}")
     if op is Ops.MAX:   # as the C renderer: a if a is NaN or a > b, else b (which may be NaN)
       mask = llvm_type(dtypes.bool.vec(u.dtype.count))
       a_is_nan = self.temp(u, f"fcmp uno {ty} {args[0]}, {args[0]}")
