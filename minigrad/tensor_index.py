@@ -86,6 +86,9 @@ class IndexMixin:
     if out is None:   # every part is empty: still differentiable, with empty gradients, as in torch
       empty = ref.full(ref.shape[:dim] + (0,) + ref.shape[dim + 1:], 0, dtype=dtype)
       return F.Composite.apply(*tensors, fn=lambda *xs: empty, gradient=lambda grad, y, *xs: tuple(x.zeros_like() for x in xs))
+    # a part empty along `dim` adds nothing, but gets a (zero) gradient as in torch: the sum of no elements is exactly 0
+    for t in tensors:
+      if t.requires_grad and t.shape[dim:dim + 1] == (0,) and t.shape != (0,): out = out + t.sum().cast(dtype)
     return _fresh(out) if any(out is t for t in tensors) else out
 
   def stack(self, *others: Any, dim: int = 0) -> Tensor:

@@ -56,3 +56,15 @@ def test_a_cast_to_int_has_no_gradient():
   assert not a.int().requires_grad and not a.bool().requires_grad and not a.int().float().requires_grad
   (a * 2 + a.int().float()).sum().backward()
   np.testing.assert_array_equal(a.grad.numpy(), [2.0, 2.0])
+
+
+def test_a_part_empty_along_the_cat_dim_gets_a_zero_gradient():
+  # it added nothing and was left out of the graph, so the input it was shrunk from got no gradient (torch: zeros)
+  v0 = Tensor(np.ones((1, 1, 1, 1), np.float32), requires_grad=True)
+  v4 = Tensor(np.ones((1, 0, 0, 0), np.float32), requires_grad=True)
+  v0.shrink(((0, 0), (0, 0), (0, 0), (0, 0))).cat(v4, dim=0).sum().backward()
+  np.testing.assert_array_equal(v0.grad.numpy(), np.zeros((1, 1, 1, 1)))
+  a, b = Tensor([[1.0, 2.0]], requires_grad=True), Tensor(np.zeros((0, 2), np.float32), requires_grad=True)
+  (a.cat(b) * 3).sum().backward()
+  np.testing.assert_array_equal(a.grad.numpy(), [[3.0, 3.0]])
+  assert b.grad.shape == (0, 2)
