@@ -48,7 +48,8 @@ class Program:
     return sorted(needed)
 
   def __repr__(self) -> str:
-    lines = [f"v{i} = {_source(self.steps[i])}" for i in self.live()]
+    lines = ["from minigrad import Tensor, dtypes", "from fuzz_programs import input_array   # in tests/"]
+    lines += [f"v{i} = {_source(self.steps[i])}" for i in self.live()]
     return "\n" + "\n".join(lines) + f"\n# output: v{len(self.steps) - 1}\n"
 
 
@@ -56,7 +57,7 @@ def _source(step: Step) -> str:
   """The minigrad code of one step."""
   a = [f"v{i}" for i in step.args]
   p = step.params
-  if step.op == "input": return f"Tensor(np.random.default_rng({p[2]}) ... shape={p[0]}, dtype={p[1]}, requires_grad={p[1] == 'float32'})"
+  if step.op == "input": return f"Tensor(input_array({p[0]}, {p[1]!r}, seed={p[2]}), requires_grad={p[1] == 'float32'})"
   if step.op == "unary": return {"neg": f"-{a[0]}", "log1p_abs": f"({a[0]}.abs()+1).log()", "sqrt1p_abs": f"({a[0]}.abs()+1).sqrt()",
                                  "recip1p_abs": f"({a[0]}.abs()+1).reciprocal()", "not": f"{a[0]}.logical_not()"}.get(p[0], f"{a[0]}.{p[0]}()")
   if step.op == "binary":
