@@ -282,7 +282,8 @@ def variants() -> list[tuple[str, str]]:
 
 
 def run_with(cc: str, program: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess:
-  environment = {**os.environ, "CC": cc, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), **env}
+  """`program` in a new process whose CPU device compiles with `cc` (on CPU, whatever device the suite runs on)."""
+  environment = {**os.environ, "CC": cc, "DEV": "CPU", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), **env}
   return subprocess.run([sys.executable, "-c", program], input=stdin, capture_output=True, text=True, env=environment, cwd=REPO, timeout=600)
 
 
