@@ -5,8 +5,8 @@ pick) must give the default kernels' numbers.
 
 The programs come from tests/fuzz_programs.py. Each shard draws its own fixed-seed sequence, so a run is repeatable
 and the shards spread over pytest-xdist's workers. `FUZZ_EXAMPLES=N` sets how many programs are drawn in all (default
-2,000, and a quarter of that for the optimizer fuzz); a failure is shrunk to a minimal program, printed as minigrad
-code. Bugs it found are kept as named tests in tests/test_fuzz_regressions.py.
+2,000), `FUZZ_OPT_EXAMPLES=N` how many the optimizer fuzz draws (default a quarter of N). A failure is shrunk to a
+minimal program, printed as minigrad code. Bugs it found are kept as named tests in tests/test_fuzz_regressions.py.
 """
 from __future__ import annotations
 import os
@@ -25,6 +25,7 @@ from fuzz_programs import MinigradOps, NumpyOps, Program, TorchOps, programs, ru
 default_get_kernel = realize.get_kernel
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "2000"))
+OPT_EXAMPLES = int(os.environ.get("FUZZ_OPT_EXAMPLES", str(EXAMPLES // 4)))
 SHARDS = 8
 FLOAT_TOLERANCE = {"float32": 1e-4, "float16": 1e-2}
 
@@ -137,4 +138,4 @@ def test_random_programs_match_numpy_and_torch(shard: int) -> None:
 
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_random_actions_keep_the_default_kernels_numbers(shard: int) -> None:
-  _fuzz(SHARDS + shard, max(SHARDS, EXAMPLES // 4), check_random_opts)
+  _fuzz(SHARDS + shard, max(SHARDS, OPT_EXAMPLES), check_random_opts)
