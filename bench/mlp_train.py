@@ -10,29 +10,22 @@ minigrad's optimizer.step() realizes the new weights and Adam state, so a step i
 returns; each timed block ends by reading loss.item() (for all runners). minigrad runs twice: eagerly (each step
 scheduled and its kernels looked up) and with the step wrapped in TinyJit (after the warm-up, each step replays
 the captured kernels). The runners alternate, so a slow moment on the machine hits all of them. Printed: the
-machine, the median steps/s of each (with the range over the runs) and the ratios to torch.
+host, the Target minigrad compiles for and the ISA torch uses (`--target`, `--torch-isa`: see `python -m
+minigrad.bench --help`), the median steps/s of each (with the range over the runs) and the ratios to torch.
+
+  python bench/mlp_train.py --target x86-64-v3       # minigrad compiled for AVX2, torch limited to AVX2
 """
 from __future__ import annotations
 from typing import Callable
 import argparse
 import itertools
-import os
 import statistics
 import time
 import numpy as np
-from minigrad.helpers import cpu_model
+from minigrad.bench import add_target_arguments, configure_or_exit, header_lines
 
 Runner = Callable[[int], float]   # run n training steps, return the last loss (read with .item())
 LAYER_SIZES = (784, 256, 128, 10)
-
-
-def load_note() -> str:
-  """The 1-minute load average, with a warning when other processes keep the cores busy (torch's threads, which
-  wait for each other, suffer most: its figure can drop tenfold)."""
-  try: load = os.getloadavg()[0]
-  except OSError: return "load average unknown"
-  busy = load > 0.5 * (os.cpu_count() or 1)
-  return f"load average {load:.2f}" + (" (busy machine: the figures below are unreliable)" if busy else "")
 
 
 def random_batches(count: int, batch_size: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -112,15 +105,17 @@ def main() -> None:
   parser.add_argument("--batch-size", type=int, default=128, help="batch size (default 128)")
   parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
   parser.add_argument("--torch-threads", type=int, default=2, help="torch.set_num_threads (default 2)")
+  add_target_arguments(parser)
   args = parser.parse_args()
   if args.runs < 7: parser.error("--runs must be at least 7 (the median of fewer runs is too noisy to report)")
   if min(args.steps, args.warmup + 1, args.batch_size) < 1: parser.error("--steps and --batch-size must be positive, --warmup non-negative")
 
+  setup = configure_or_exit(parser.prog, args.target, args.torch_isa)   # before anything compiles or imports torch
   import torch
   from minigrad.runtime.ops_cpu import cpu_threads
   torch.set_num_threads(args.torch_threads)
-  print(f"machine: {cpu_model()}, {os.cpu_count()} cores; minigrad CPU threads {cpu_threads()}, torch {torch.__version__} threads "
-        f"{torch.get_num_threads()}; {load_note()}")
+  for line in header_lines(setup, torch): print(line)
+  print(f"threads: minigrad {cpu_threads()}, torch {torch.get_num_threads()}")
   print(f"task: MLP {'-'.join(map(str, LAYER_SIZES))} ReLU, batch {args.batch_size}, Adam, cross-entropy, random data; "
         f"{args.warmup} warm-up steps, then {args.runs} runs of {args.steps} steps each")
 

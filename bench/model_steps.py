@@ -11,8 +11,11 @@ The models, the same in both libraries (shapes, layers, Adam, cross-entropy):
        vocabulary 256, token and position embeddings, batch 16.
 Random batches, a pool of 4 per model. minigrad's step is the examples' TinyJit step (it replays captured kernels
 after the first two calls); each timed block ends by reading the loss. The runners alternate block by block, so a
-busy moment on the machine hits both. Printed: the machine, each model's median ms per step for both libraries
-(with the range over the runs) and minigrad's speed relative to torch's.
+busy moment on the machine hits both. Printed: the host, the Target minigrad compiles for and the ISA torch uses
+(`--target`, `--torch-isa`: see `python -m minigrad.bench --help`), each model's median ms per step for both
+libraries (with the range over the runs) and minigrad's speed relative to torch's.
+
+  python bench/model_steps.py gpt --target x86-64-v3   # minigrad compiled for AVX2, torch limited to AVX2
 """
 from __future__ import annotations
 from typing import Callable
@@ -24,10 +27,8 @@ import statistics
 import sys
 import time
 import numpy as np
-from minigrad.helpers import cpu_model
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from minigrad.bench import add_target_arguments, configure_or_exit, header_lines
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
-from mlp_train import load_note  # noqa: E402
 
 Runner = Callable[[int], float]   # run n training steps, return the last loss
 BATCHES = 4
@@ -159,11 +160,13 @@ def main() -> None:
   parser.add_argument("--runs", type=int, default=7, help="timed runs per library (default 7)")
   parser.add_argument("--steps", type=int, default=20, help="training steps per run (default 20)")
   parser.add_argument("--torch-threads", type=int, default=None, help="torch's threads (default: one per core)")
+  add_target_arguments(parser)
   args = parser.parse_args()
   if unknown := set(args.models) - {"cnn", "gpt"}: parser.error(f"unknown model(s) {', '.join(sorted(unknown))}: choose cnn, gpt")
+  setup = configure_or_exit(parser.prog, args.target, args.torch_isa)   # before anything compiles or imports torch
   import torch
   torch.set_num_threads(args.torch_threads or os.cpu_count() or 1)
-  print(f"machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads); {load_note()}")
+  for line in header_lines(setup, torch): print(line)
   for model_name in args.models:
     batches = cnn_batches() if model_name == "cnn" else gpt_batches()
     runners = {"minigrad": minigrad_runner(model_name, batches), "torch": torch_runner(model_name, batches)}
