@@ -98,6 +98,7 @@ class Target:
   l3_bytes: int = DEFAULT_L3
   cores: int = 1
   halves_wide_vectors: bool = False
+  cache_line_bytes: int = 64
   model: str = field(default="", compare=False)
 
   def __post_init__(self) -> None:
@@ -127,7 +128,8 @@ class Target:
     """`key` and every other fact policy may read (vectors, registers, caches, cores, halved vectors): for caches of
     choices made from the Target (rendered kernels), which must not be reused where those facts differ."""
     return (f"{self.key}|vector={self.vector_bytes}|registers={self.vector_registers}|l1d={self.l1d_bytes}|"
-            f"l2={self.l2_bytes}|l3={self.l3_bytes}|cores={self.cores}|halves={int(self.halves_wide_vectors)}")
+            f"l2={self.l2_bytes}|l3={self.l3_bytes}|line={self.cache_line_bytes}|cores={self.cores}|"
+            f"halves={int(self.halves_wide_vectors)}")
 
   def missing_on(self, host_features: frozenset[str]) -> frozenset[str]:
     """The features this Target's code may use that a CPU with `host_features` lacks."""
@@ -316,7 +318,7 @@ def cpu_target(cc: Sequence[str] | None = None, march: str | None = None) -> Tar
   is_host = march == "native"
   l1d, l2, l3 = host_cache_sizes() if is_host else (DEFAULT_L1D, DEFAULT_L2, DEFAULT_L3)
   target = Target(arch, march, frozenset(features), l1d, l2, l3, host_cores(), is_host and cpu_halves_wide_vectors(),
-                  cpu_model() if is_host else march)
+                  model=cpu_model() if is_host else march)
   if DEBUG >= 2: print(f"CPU target: {target.summary()}")
   _targets[(argv, march)] = target
   return target

@@ -14,6 +14,7 @@ from minigrad.engine.realize import get_kernel
 from minigrad.engine import realize
 from minigrad.runtime import ops_cpu
 from minigrad.runtime.device import CompileError, Compiler, Device
+from minigrad.target import cpu_target
 from minigrad.uop.ops import Ops
 
 SCRIPT = """
@@ -31,25 +32,39 @@ def run_script(env_extra, tmp_path, script=SCRIPT):
 
 
 # ---- what a kernel's C becomes on this host ----
-# The C renderer writes each SIMD helper with an AVX-512 branch under `#if defined(__x86_64__) && defined(__AVX512F__)`
-# and a portable one after `#else`: both are in the source on every host, so a test asserts on the branch the
-# compiler takes (the source preprocessed with the CPU device's compiler and flags) and on the instructions it
-# built (the shared object disassembled), never on the source text alone.
+# The C renderer writes each SIMD helper with an x86 branch under `#if defined(__x86_64__) && defined(<macro>)` (the
+# AVX-512 instructions for 16 float32 lanes, AVX's for 8) and a portable one after `#else`: both are in the source on
+# every host, so a test asserts on the branch the compiler takes (the source preprocessed with the CPU device's
+# compiler and flags) and on the instructions it built (the shared object disassembled), never on the source text.
+# The lanes are the CPU device's Target's (CPU_TARGET): 16 with AVX-512, 8 with AVX2, 4 on the SSE2 baseline.
 
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")
-AVX512_CALL = re.compile(r"\b_mm512_|__builtin_ia32_")   # an AVX-512 intrinsic (clang expands some to builtins)
-# helper -> (a line only its portable branch has, or None when the portable code is also the AVX-512 branch's
-# fallback; the AVX-512 instruction its AVX-512 branch becomes)
-SIMD_HELPERS = {
-  "exp2f_v16": ("out[i] = exp2f(x[i]);", "vscalefps"),
-  "scalef_v16": ("<< 23", "vscalefps"),
-  "floorf_v16": ("out[i] = floorf(x[i]);", "vrndscaleps"),
-  "maxps_v16": ("mask_v16 m = a > b;", "vmaxps"),
-  "minps_v16": ("mask_v16 m = a < b;", "vminps"),
-  "stream_float_v16": (None, "vmovntps"),   # unaligned addresses store plainly on both branches
-}
-# the CPU device's compiler as it is (targeting this host), and on x86-64 the same compiler told the CPU has no
-# AVX-512: both branches of the helpers are built, checked and run here, whatever this host has
+LANES = cpu_target().vector_bytes // 4   # float32 lanes of the CPU device's kernels
+
+
+def simd_helpers(lanes: int) -> dict[str, tuple[str | None, str, str | None, str]]:
+  """helper kind -> (the macro its x86 branch needs (None: it has none), a regex its x86 branch's body matches, a
+  line only its portable branch has (None: the portable code is also the x86 branch's fallback), a regex of the
+  built x86 branch's instruction) for helpers on `lanes` float32 lanes. Without wide vectors there are none."""
+  if lanes == 16:
+    avx512, zmm = r"\b_mm512_|__builtin_ia32_", r"\s[^\n]*%zmm"
+    return {"exp2f": ("__AVX512F__", avx512, "out[i] = exp2f(x[i]);", "vscalefps" + zmm),
+            "scalef": ("__AVX512F__", avx512, "<< 23", "vscalefps" + zmm),
+            "floorf": ("__AVX512F__", avx512, "out[i] = floorf(x[i]);", "vrndscaleps" + zmm),
+            "maxps": ("__AVX512F__", avx512, "mask_v16 m = a > b;", "vmaxps" + zmm),
+            "minps": ("__AVX512F__", avx512, "mask_v16 m = a < b;", "vminps" + zmm),
+            "stream_float": ("__AVX512F__", avx512, None, "vmovntps" + zmm)}
+  if lanes == 8:
+    avx, ymm = r"\b_mm256_|__builtin_ia32_", r"\s[^\n]*%ymm"
+    return {"exp2f": ("__AVX2__", r"_ZGVdN8v_exp2f", "out[i] = exp2f(x[i]);", r"call\s[^\n]*_ZGVdN8v_exp2f"),
+            "scalef": (None, "", "<< 23", ""),   # AVX has no scalef: the exponent bits, as the graph built them
+            "floorf": ("__AVX__", avx, "out[i] = floorf(x[i]);", "vroundps" + ymm),
+            "maxps": ("__AVX__", avx, "mask_v8 m = a > b;", "vmaxps" + ymm),
+            "minps": ("__AVX__", avx, "mask_v8 m = a < b;", "vminps" + ymm),
+            "stream_float": ("__AVX__", avx, None, "vmovntps" + ymm)}
+  return {}
+
+
 HOST_AND_NO_AVX512 = [pytest.param((), id="host"),
                       pytest.param(("-mno-avx512f",), id="no_avx512", marks=pytest.mark.skipif(not X86_64, reason="an x86 flag"))]
 
@@ -77,9 +92,9 @@ def target_macros(compiler: Compiler) -> set[str]:
   return {line.split()[1] for line in out.stdout.splitlines() if line.startswith("#define ")}
 
 
-def takes_avx512_branch(compiler: Compiler) -> bool:
+def takes_x86_branch(compiler: Compiler, macro: str | None) -> bool:
   macros = target_macros(compiler)
-  return "__x86_64__" in macros and "__AVX512F__" in macros
+  return macro is not None and "__x86_64__" in macros and macro in macros
 
 
 def preprocessed_function(compiler: Compiler, source: str, name: str) -> str:
@@ -104,23 +119,28 @@ def disassembly(library: bytes, tmp_path) -> str:
   return subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True, timeout=60, check=True).stdout
 
 
-def assert_helpers_built_for_the_target(source: str, compiler: Compiler, helpers, tmp_path) -> None:
-  """The kernel calls each helper; each compiles to its AVX-512 branch exactly when the compiler's target defines
-  __AVX512F__ on x86-64 (else to its portable code); the built library holds each helper's AVX-512 instruction on
-  zmm registers in the first case and no zmm register at all in the second."""
-  avx512 = takes_avx512_branch(compiler)
+def assert_helpers_built_for_the_target(source: str, compiler: Compiler, kinds, tmp_path) -> None:
+  """The kernel calls each kind of helper on the Target's lanes (floorf -> floorf_v16 with AVX-512); each compiles to
+  its x86 branch exactly when the compiler's target defines that branch's macro on x86-64 (else to its portable
+  code), and the built library holds the branch's instruction in the first case and no register of that width in
+  the second. Without wide vectors (the SSE2 baseline) the kernel calls none of them."""
+  helpers = simd_helpers(LANES)
   code = disassembly(compiler.compile_cached(source), tmp_path)
-  for helper in helpers:
-    assert f"{helper}(" in source[source.index("void "):], f"the kernel doesn't call {helper}"
-    portable, instruction = SIMD_HELPERS[helper]
-    body = preprocessed_function(compiler, source, helper)
-    if avx512:
-      assert AVX512_CALL.search(body) and (portable is None or portable not in body), body
-      assert re.search(rf"\b{instruction}\s[^\n]*%zmm", code), f"{helper}: no {instruction} on zmm registers in the built kernel"
+  kernel = source[source.index("void "):]
+  for kind in kinds:
+    name = f"{kind}_v{LANES}"
+    if kind not in helpers:
+      assert f"{name}(" not in kernel, f"{name}: no helper expected on {LANES} lanes"
+      continue
+    assert f"{name}(" in kernel, f"the kernel doesn't call {name}"
+    macro, fast_body, portable, instruction = helpers[kind]
+    body = preprocessed_function(compiler, source, name)
+    if takes_x86_branch(compiler, macro):
+      assert re.search(fast_body, body) and (portable is None or portable not in body), body
+      assert re.search(rf"\b{instruction}", code), f"{name}: no {instruction} in the built kernel"
     else:
-      assert not AVX512_CALL.search(body) and (portable is None or portable in body), body
-  if not avx512: assert "%zmm" not in code and "vscalefps" not in code and "vrndscaleps" not in code
-
+      assert (macro is None or not re.search(fast_body, body)) and (portable is None or portable in body), body
+      if macro == "__AVX512F__": assert "%zmm" not in code and "vscalefps" not in code and "vrndscaleps" not in code
 
 
 def test_debug4_prints_fused_c_kernel_that_compiles(tmp_path):
@@ -168,7 +188,7 @@ def test_generated_source_reads_well(tmp_path):
   src = get_kernel(item.ast, "CPU").source
   assert src.count("for (long gidx") == 1 and "ridx" not in src
   assert "const float* restrict data1" in src
-  assert_helpers_built_for_the_target(src, Device["CPU"].compiler, ["scalef_v16"], tmp_path)   # exp's scaling by 2**n
+  assert_helpers_built_for_the_target(src, Device["CPU"].compiler, ["scalef"], tmp_path)   # exp's scaling by 2**n
 
 
 def test_compile_error_shows_source():
@@ -223,12 +243,12 @@ def test_exp_is_all_simd_and_matches_numpy(cpu_compiler, tmp_path):
   x = np.array([-200, -104, -88.7, -20, -1, -1e-30, 0, 1e-30, 0.5, 1, 20, 88.7, 89, 100, np.nan, np.inf, -np.inf] * 4 + [3.0] * 60, np.float32)
   t = Tensor(x, device="CPU").exp()
   body = kernel_body(t)
-  assert "[15]" not in body, body   # no per-lane code
+  assert f"[{LANES - 1}]" not in body, body   # no per-lane code
   # floor, the clamps and the scaling by 2**n stay in vector registers: one AVX-512 instruction each where the
   # compiler targets AVX-512, the portable vector code otherwise
   (item,) = t.schedule()
   source = get_kernel(item.ast, "CPU").source
-  assert_helpers_built_for_the_target(source, cpu_compiler, ("floorf_v16", "scalef_v16", "maxps_v16", "minps_v16"), tmp_path)
+  assert_helpers_built_for_the_target(source, cpu_compiler, ("floorf", "scalef", "maxps", "minps"), tmp_path)
   with np.errstate(over="ignore"): np.testing.assert_allclose(t.numpy(), np.exp(x), rtol=2e-6)
 
 
@@ -247,7 +267,7 @@ def test_int_and_mask_lanes_are_simd(name, fn, ref):
   x = (np.random.default_rng(5).standard_normal(256) * 3).astype(np.float32)
   t = fn(Tensor(x))
   body = kernel_body(t)
-  assert "_v16" in body and "[15]" not in body, body   # one vector per 16 elements, no per-lane code
+  assert f"_v{LANES}" in body and f"[{LANES - 1}]" not in body, body   # one vector per LANES elements, no per-lane code
   np.testing.assert_array_equal(t.numpy(), ref(x))
 
 
@@ -273,15 +293,15 @@ def test_big_outputs_use_streaming_stores(monkeypatch, cpu_compiler, tmp_path):
   x = np.random.default_rng(6).standard_normal((64, 48)).astype(np.float32)
   t = Tensor(x, device="CPU") * 3 + 1
   body = kernel_body(t)
-  assert "stream_float_v16(&data0[" in body, body
+  assert f"stream_float_v{LANES}(&data0[" in body, body
   # 64-byte streaming stores (vmovntps on zmm) where the compiler targets AVX-512, plain stores otherwise; the fence
   # after them on every x86-64 target, and nowhere else
   (item,) = t.schedule()
   source = get_kernel(item.ast, "CPU").source
-  assert_helpers_built_for_the_target(source, cpu_compiler, ["stream_float_v16"], tmp_path)
+  assert_helpers_built_for_the_target(source, cpu_compiler, ["stream_float"], tmp_path)
   code = disassembly(cpu_compiler.compile_cached(source), tmp_path)
   assert ("\tsfence" in code) == ("__x86_64__" in target_macros(cpu_compiler))
-  if not takes_avx512_branch(cpu_compiler): assert "vmovnt" not in code
+  if not takes_x86_branch(cpu_compiler, simd_helpers(LANES)["stream_float"][0]): assert "vmovnt" not in code
   np.testing.assert_allclose(t.numpy(), x * 3 + 1, rtol=1e-6, atol=1e-6)
   small = Tensor(x[:8]) * 3 + 1   # 1.5 KB: stays in the caches
   assert "stream_" not in kernel_body(small)
@@ -312,8 +332,8 @@ def test_simd_exp2_is_accurate_over_the_whole_float_range(cpu_compiler, tmp_path
   (item,) = t.schedule()
   source = get_kernel(item.ast, "CPU").source
   # inline where the compiler targets AVX-512 (ending in vscalefps, no libm call), else libm's exp2f lane by lane
-  assert_helpers_built_for_the_target(source, cpu_compiler, ["exp2f_v16"], tmp_path)
-  if takes_avx512_branch(cpu_compiler): assert "exp2f@" not in disassembly(cpu_compiler.compile_cached(source), tmp_path)
+  assert_helpers_built_for_the_target(source, cpu_compiler, ["exp2f"], tmp_path)
+  if takes_x86_branch(cpu_compiler, "__AVX512F__") and LANES == 16: assert "exp2f@" not in disassembly(cpu_compiler.compile_cached(source), tmp_path)
   out, exact = t.numpy(), np.exp2(x.astype(np.float64))
   with np.errstate(over="ignore"): nearest = exact.astype(np.float32)
   normal = (exact > 1.2e-38) & (exact < 3.4e38)
@@ -331,7 +351,7 @@ def test_select_idioms_keep_nans_and_signed_zeros(cpu_compiler, tmp_path):
   for lo, hi in [(-104, 89), (0.0, 0.0), (-0.0, 1)]:
     t = Tensor(x, device="CPU").clamp(lo, hi)
     (item,) = t.schedule()   # vmaxps/vminps where the compiler targets AVX-512, the portable blends otherwise: same values
-    assert_helpers_built_for_the_target(get_kernel(item.ast, "CPU").source, cpu_compiler, ("maxps_v16", "minps_v16"), tmp_path)
+    assert_helpers_built_for_the_target(get_kernel(item.ast, "CPU").source, cpu_compiler, ("maxps", "minps"), tmp_path)
     out, ref = t.numpy(), np.clip(x, np.float32(lo), np.float32(hi))
     np.testing.assert_array_equal(out, ref)
     np.testing.assert_array_equal(np.signbit(out), np.signbit(ref))

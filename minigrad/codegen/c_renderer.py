@@ -500,22 +500,36 @@ def transposed_rows(uops: list[UOp]) -> dict[UOp, tuple[tuple[UOp, ...], int]]:
   return {u: (block, row) for block, found in rows.items() if len(found) == len(block) for row, u in found.items()}
 
 
+# the x86 instructions of the idioms (minigrad.codegen.cpu_patterns.simd_idioms), by float32 lanes: the C macro
+# they need, then floor, max, min, and x * 2**n (None: AVX has no scalef; the exponent bits are built instead)
+X86_IDIOMS = {16: ("__AVX512F__", "_mm512_roundscale_ps(x, 9)", "_mm512_max_ps(a, b)", "_mm512_min_ps(a, b)", "_mm512_scalef_ps(x, n)"),
+              8: ("__AVX__", "_mm256_round_ps(x, 9)", "_mm256_max_ps(a, b)", "_mm256_min_ps(a, b)", None)}
+
+
 def idiom_helpers(idioms: dict[UOp, tuple[str, tuple[UOp, ...]]]) -> list[str]:
+  """The idioms' functions: their x86 instruction (rounding immediate 9: toward -inf, no exceptions) where the
+  compiler's target has it, else the plain spelling of what they compute."""
   used = {name for name, _ in idioms.values()}
   lines = list(X86_INCLUDE) if used else []
-  if "floorf_v16" in used:
-    lines += ["static inline float_v16 floorf_v16(float_v16 x) {", "#if defined(__x86_64__) && defined(__AVX512F__)",
-              "  return _mm512_roundscale_ps(x, 9);   /* toward -inf, no exceptions */", "#else",
-              "  float_v16 out;", "  for (int i = 0; i < 16; i++) out[i] = floorf(x[i]);", "  return out;", "#endif", "}"]
-  for name, instruction, compare in (("maxps_v16", "max", ">"), ("minps_v16", "min", "<")):
-    if name not in used: continue
-    lines += [f"static inline float_v16 {name}(float_v16 a, float_v16 b) {{   /* (a {compare} b) ? a : b */",
-              "#if defined(__x86_64__) && defined(__AVX512F__)", f"  return _mm512_{instruction}_ps(a, b);", "#else",
-              f"  mask_v16 m = a {compare} b;", "  return (float_v16)((((mask_v16)a) & m) | (((mask_v16)b) & ~m));", "#endif", "}"]
-  if "scalef_v16" in used:
-    lines += ["static inline float_v16 scalef_v16(float_v16 x, float_v16 n) {   /* x * 2**n, n integral */",
-              "#if defined(__x86_64__) && defined(__AVX512F__)", "  return _mm512_scalef_ps(x, n);", "#else",
-              "  return x * (float_v16)((__builtin_convertvector(n, int_v16) + 127) << 23);", "#endif", "}"]
+
+  def helper(signature: str, fast: str | None, portable: list[str], width: int) -> list[str]:
+    if fast is None: return [f"static inline {signature} {{", *portable, "}"]
+    return [f"static inline {signature} {{", f"#if defined(__x86_64__) && defined({X86_IDIOMS[width][0]})", f"  return {fast};",
+            "#else", *portable, "#endif", "}"]
+  for name in sorted(used):
+    kind, width = name.rsplit("_v", 1)[0], int(name.rsplit("_v", 1)[1])
+    _, floor, maximum, minimum, scalef = X86_IDIOMS[width]
+    vec, mask, ints = f"float_v{width}", f"mask_v{width}", f"int_v{width}"
+    if kind == "floorf":
+      lines += helper(f"{vec} {name}({vec} x)", floor, [f"  {vec} out;", f"  for (int i = 0; i < {width}; i++) out[i] = floorf(x[i]);",
+                                                       "  return out;"], width)
+    elif kind in ("maxps", "minps"):
+      compare = ">" if kind == "maxps" else "<"
+      lines += helper(f"{vec} {name}({vec} a, {vec} b)", maximum if kind == "maxps" else minimum,
+                      [f"  {mask} m = a {compare} b;   /* (a {compare} b) ? a : b */", f"  return ({vec})(((({mask})a) & m) | ((({mask})b) & ~m));"], width)
+    elif kind == "scalef":   # x * 2**n, n integral
+      lines += helper(f"{vec} {name}({vec} x, {vec} n)", scalef,
+                      [f"  return x * ({vec})((__builtin_convertvector(n, {ints}) + 127) << 23);"], width)
   return lines
 
 

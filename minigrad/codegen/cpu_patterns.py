@@ -1,7 +1,7 @@
 """What the CPU renderers (C and LLVM) look for in a kernel's uops before they spell it.
 
 Input: the linearizer's list of UOps. Output: facts about it that the renderers turn into better instructions:
-  - `simd_idioms`: multi-op float32x16 patterns AVX-512 does in one instruction (floor, max/min selects, x * 2**n);
+  - `simd_idioms`: multi-op float32 vector patterns x86 does in one instruction (floor, max/min selects, x * 2**n);
   - `prefetches`: vector loads that should also prefetch data ahead (the next row of a fused softmax, the rest of a
     packed matmul panel);
   - `EXP2_POLY`: the polynomial of the renderers' inline AVX-512 exp2.
@@ -17,7 +17,8 @@ from minigrad.uop.symbolic import split_terms, _coefficient
 EXP2_POLY = (1.534732e-04, 1.3400154e-03, 9.618484e-03, 5.550328e-02, 2.4022646e-01, 6.931472e-01, 1.0)
 
 
-# ---- idioms: multi-op float32x16 patterns that AVX-512 does in one instruction (the spelling of what they compute) ----
+# ---- idioms: multi-op float32 vector patterns that x86 does in one instruction (the spelling of what they compute) ----
+IDIOM_DTYPES = (dtypes.float32.vec(8), dtypes.float32.vec(16))   # AVX and AVX-512 vectors
 
 def _const_value(u: UOp) -> float | int | None:
   if u.op is Ops.CONST: return u.arg
@@ -27,7 +28,7 @@ def _const_value(u: UOp) -> float | int | None:
 
 def _floor_of(u: UOp) -> UOp | None:
   """y when u is floor(y) written as trunc(y) - (y < trunc(y)) (the Tensor API's floor)."""
-  if u.op is not Ops.ADD or u.dtype != dtypes.float32.vec(16): return None
+  if u.op is not Ops.ADD or u.dtype not in IDIOM_DTYPES: return None
   for t, minus in (u.src, u.src[::-1]):
     if t.op is Ops.TRUNC and minus.op is Ops.NEG and minus.src[0].op is Ops.CAST and minus.src[0].src[0].op is Ops.CMPLT \
        and minus.src[0].src[0].src == (t.src[0], t): return t.src[0]
@@ -36,40 +37,41 @@ def _floor_of(u: UOp) -> UOp | None:
 
 def _power_of_two_exponent(u: UOp) -> UOp | None:
   """n when u is 2**n built from the bits of the int32 n + 127 shifted into a float32's exponent."""
-  if u.op is not Ops.BITCAST or u.dtype != dtypes.float32.vec(16): return None
+  if u.op is not Ops.BITCAST or u.dtype not in IDIOM_DTYPES: return None
   shl = u.src[0]
   if shl.op is not Ops.SHL or _const_value(shl.src[1]) != 23 or shl.src[0].op is not Ops.ADD: return None
   for cast, bias in (shl.src[0].src, shl.src[0].src[::-1]):
-    if cast.op is Ops.CAST and _const_value(bias) == 127 and cast.src[0].dtype == dtypes.float32.vec(16): return cast.src[0]
+    if cast.op is Ops.CAST and _const_value(bias) == 127 and cast.src[0].dtype == u.dtype: return cast.src[0]
   return None
 
 
 def simd_idioms(uops: list[UOp]) -> dict[UOp, tuple[str, tuple[UOp, ...]]]:
-  """floor(y) -> floorf_v16(y) (vrndscaleps), x * 2**n for an integral n (exp's scaling) -> scalef_v16(x, n)
-  (vscalefps), where(p < q, q, p) -> maxps_v16(q, p) and where(p < q, p, q) -> minps_v16(p, q): node -> (idiom,
-  its arguments). The uops an idiom replaces are left unused. Renderers fall back to the plain spelling without
-  AVX-512."""
+  """On 8 and 16 float32 lanes (`_v8`, `_v16`): floor(y) -> floorf_v16(y) (vrndscaleps; AVX: vroundps), x * 2**n for
+  an integral n (exp's scaling) -> scalef_v16(x, n) (vscalefps), where(p < q, q, p) -> maxps_v16(q, p) and
+  where(p < q, p, q) -> minps_v16(p, q): node -> (idiom, its arguments). The uops an idiom replaces are left unused.
+  Renderers fall back to the plain spelling where the target lacks the instruction."""
   idioms: dict[UOp, tuple[str, tuple[UOp, ...]]] = {}
   integral: dict[UOp, bool] = {}
 
   def is_integral(u: UOp) -> bool:
     if u not in integral:
       value = _const_value(u)
-      integral[u] = (u.op is Ops.TRUNC or u in idioms and idioms[u][0] == "floorf_v16" or value is not None and float(value).is_integer()
+      integral[u] = (u.op is Ops.TRUNC or u in idioms and idioms[u][0].startswith("floorf_v") or value is not None and float(value).is_integer()
                      or u.op in (Ops.ADD, Ops.NEG) and all(is_integral(s) for s in u.src)
                      or u.op is Ops.WHERE and is_integral(u.src[1]) and is_integral(u.src[2]))
     return integral[u]
   for u in uops:
-    if (y := _floor_of(u)) is not None: idioms[u] = ("floorf_v16", (y,))
-    elif u.op is Ops.WHERE and u.dtype == dtypes.float32.vec(16) and u.src[0].op is Ops.CMPLT:
+    lanes = u.dtype.count
+    if (y := _floor_of(u)) is not None: idioms[u] = (f"floorf_v{lanes}", (y,))
+    elif u.op is Ops.WHERE and u.dtype in IDIOM_DTYPES and u.src[0].op is Ops.CMPLT:
       # x86's max is (a > b) ? a : b and min (a < b) ? a : b, NaNs and signed zeros included: clamp's selects
       p, q = u.src[0].src
-      if u.src[1:] == (q, p): idioms[u] = ("maxps_v16", (q, p))
-      elif u.src[1:] == (p, q): idioms[u] = ("minps_v16", (p, q))
-    elif u.op is Ops.MUL and u.dtype == dtypes.float32.vec(16):
+      if u.src[1:] == (q, p): idioms[u] = (f"maxps_v{lanes}", (q, p))
+      elif u.src[1:] == (p, q): idioms[u] = (f"minps_v{lanes}", (p, q))
+    elif u.op is Ops.MUL and u.dtype in IDIOM_DTYPES:
       for x, power in (u.src, u.src[::-1]):
         if (n := _power_of_two_exponent(power)) is not None and is_integral(n):
-          idioms[u] = ("scalef_v16", (x, n))
+          idioms[u] = (f"scalef_v{lanes}", (x, n))
           break
   return idioms
 

@@ -33,7 +33,7 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
   5. row reductions (no lanes on the output): lanes from a contiguous reduce dim, summed across at the end;
      4 vectors per loop trip, so a max (a compare and a blend per vector) isn't waiting on the previous one.
      Without a register tile the rows only stream through: on CPUs that run 64-byte vectors as two halves
-     (AMD Zen 3/4, helpers.cpu_halves_wide_vectors) they take 32-byte vectors, which streamed faster there (a sum
+     (AMD Zen 3/4, Target.halves_wide_vectors) they take 32-byte vectors, which streamed faster there (a sum
      over 4096x4096 float32 rows, each vector with its own accumulator (lowerer._row_lanes): 39.5 -> 45.3 GB/s
      with two threads, 28.4 -> 30.2 with one; over 512x4096 rows 1.6x; over 1024x1024, in cache, within 10%).
   6. kernels with several reduces (see minigrad.schedule.scheduler.KernelPlan): lanes of one width on the
@@ -53,14 +53,14 @@ from minigrad.codegen.kernel import Kernel, Opt, KernelOptError
 from minigrad.codegen.gpu_heuristics import gpu_optimizations
 from minigrad.codegen.lowerer import VECTOR_WIDTHS
 from minigrad.codegen.vectorize import vector_ok
-from minigrad.helpers import cpu_halves_wide_vectors, cpu_threads, prod
+from minigrad.helpers import cpu_threads, prod
+from minigrad.target import Target
 from minigrad.uop.ops import Ops, UOp, one_hot_pick
 from minigrad.uop.shapetracker import ShapeTracker
 from minigrad.uop.symbolic import split_terms
 
 LANES = tuple(sorted(VECTOR_WIDTHS, reverse=True))
 TILE_ROWS = (1, 2, 4, 6, 8, 16)   # register tile rows tried
-MAX_ACCUMULATORS = 24      # of the 32 vector registers: the rest hold a tile's vector loads and a broadcast
 MAX_PAD_WASTE = 1 / 64     # a tile's rows may pad their dim (PADTO) by up to this fraction
 MAX_ONE_HOT_VECTORS = 64   # vectors added under one IF by a one-hot sum (rule 8)
 MAX_UNROLLED_REDUCE = 4    # reduce dims up to this size are unrolled whole
@@ -68,12 +68,43 @@ ROW_UNROLL = 4             # vectors per loop trip in a row reduction: a shorter
 MASKED_LOAD_COST = 3       # a padded vector load: its lane mask and the masked load (measured: conv tiles rank right)
 MIN_OUTER_TRIPS = 8        # a matrix product's column tiles run outermost (shared by the threads) from this many on
 FUSED_MIN_ROWS = 64        # a fused-reduce kernel with this many rows takes two per outer loop trip
-CACHED_BYTES = 1 << 20     # an input part a tile reads over its whole reduce loop that stays in cache (half of L2)...
-MIN_REUSE_TILES = 8        # ...when at least this many consecutive tiles read that same part
-L1_BYTES = 32 << 10        # an input part a tile reads over its reduce loop stays in L1 up to this size (of 48 KB)
-LINE_ELEMENTS = 16         # float32 elements per 64-byte cache line
+MIN_REUSE_TILES = 8        # an input part that stays in cache (see cached_bytes) when this many consecutive tiles read it
 MAX_STREAMED_LINES = 1 / 3  # cache lines from L2 per multiply-add a tile may need (a 4x4 tile on a packed panel: 0.27)
 MAX_STREAM_CHECKS = 8      # the best tiles by loads per multiply-add that are checked for it
+
+
+# ---- what the policy reads from the Target (minigrad/target.py): the machine facts behind the rules above ----
+
+def lane_widths(target: Target, dtype_bytes: int) -> list[int]:
+  """SIMD lane counts for elements of `dtype_bytes`, widest first, that fit one of the Target's vector registers
+  (16 float32 with AVX-512, 8 with AVX2, 4 with SSE or NEON)."""
+  return [w for w in LANES if w * dtype_bytes <= target.vector_bytes]
+
+
+def max_accumulators(target: Target) -> int:
+  """Vector accumulators a register tile may keep: three quarters of the vector registers (24 of AVX-512's 32, 12 of
+  AVX2's 16); the rest hold a trip's vector loads and a broadcast."""
+  return target.vector_registers * 3 // 4
+
+
+def streamed_vector_bytes(target: Target) -> int:
+  """Vector bytes for rows that only stream through (rule 5): 32 on CPUs that run 64-byte vectors as two halves."""
+  return min(target.vector_bytes, 32) if target.halves_wide_vectors else target.vector_bytes
+
+
+def cached_bytes(target: Target) -> int:
+  """An input part a tile reads over its whole reduce loop stays in cache up to this size: half of L2."""
+  return target.l2_bytes // 2
+
+
+def l1_resident_bytes(target: Target) -> int:
+  """An input part a tile reads over its reduce loop stays in L1 up to this size: two thirds of L1d (32 of 48 KB)."""
+  return target.l1d_bytes * 2 // 3
+
+
+def line_elements(target: Target) -> int:
+  """float32 elements per cache line."""
+  return target.cache_line_bytes // 4
 
 
 @functools.lru_cache(maxsize=4096)
@@ -146,7 +177,7 @@ def _cpu_optimizations(k: Kernel) -> None:
   stored = [n.src[2].dtype for n in k.ast.toposort if n.op is Ops.STORE]
   if any(not vector_ok(dt, 2) for dt in stored): return   # SIMD lanes for float32/float64/int32 outputs
   dtype_bytes = max((n.dtype.itemsize for n in k.ast.toposort if n.op in (Ops.LOAD, Ops.CONST, Ops.ARANGE)), default=4)
-  widths = [w for w in LANES if w * dtype_bytes <= 64]
+  widths = lane_widths(k.target, dtype_bytes)
   out_strides = index_strides(k.output_st)
   globals_ = k.axes_of("global")
   has_reduce = bool(k.axes_of("reduce"))
@@ -190,7 +221,7 @@ def _cpu_optimizations(k: Kernel) -> None:
       for opt in tiled.applied_opts[len(k.applied_opts):]: k.apply_opt(opt)
       return
     # else independent vectors per trip, streamed
-    stream_bytes = 32 if cpu_halves_wide_vectors() else 64
+    stream_bytes = streamed_vector_bytes(k.target)
     width = next((w for w in fitting if w * dtype_bytes <= stream_bytes), fitting[0])
     size = k.full_shape[axis]
     k.apply_opt(Opt("UNROLL", reduces.index(axis), width))
@@ -283,12 +314,13 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
     if vectors > 1 and (lane_remainder is None or k.full_shape[lane_remainder] % vectors): continue
     for amounts_of_axes in itertools.product(TILE_ROWS, repeat=len(axes)):
       amounts = {a: n for a, n in zip([lane_remainder] + axes, (vectors,) + amounts_of_axes) if a is not None and n > 1}
-      if prod(amounts.values()) > MAX_ACCUMULATORS: continue
+      if prod(amounts.values()) > max_accumulators(k.target): continue
       pads = {a: -(-k.full_shape[a] // n) * n for a, n in amounts.items() if k.full_shape[a] % n}
       if any(a == lane_remainder or padded > k.full_shape[a] * (1 + MAX_PAD_WASTE) for a, padded in pads.items()): continue
-      # past 16 accumulators the statements go row by row, so one broadcast of a row is live at a time (in the
-      # other order gcc keeps all of them in registers and spills accumulators)
-      order = [lane_remainder] + axes if prod(amounts.values()) <= 16 else axes + [lane_remainder]
+      # past half the vector registers in accumulators (16 of AVX-512's 32, 8 of AVX2's 16) the statements go row
+      # by row, so one broadcast of a row is live at a time (in the other order gcc and clang keep all of them in
+      # registers and spill accumulators)
+      order = [lane_remainder] + axes if prod(amounts.values()) <= k.target.vector_registers // 2 else axes + [lane_remainder]
       shape = tuple(pads.get(a, size) for a, size in enumerate(k.full_shape))
       opts = [Opt("PADTO", a, amounts[a]) for a in pads] + _upcasts(globals_, [(a, amounts[a]) for a in order if a in amounts], shape) + unrolls
       resident = _resident_inputs(k, amounts) if unrolled else frozenset()
@@ -327,8 +359,8 @@ def _streamed_lines(k: Kernel) -> float:
   """Cache lines per multiply-add a tiled kernel fetches from L2 (an estimate, counting float32 elements). Per
   trip of the reduce loop an input's tile reads the distinct lines of its loads (a vector is a line; scalars
   broadcast to the lanes share lines when their indices are close); a scalar that walks along the innermost
-  reduce loop needs a new line every LINE_ELEMENTS trips. The input comes from L1 instead when the innermost
-  output loop doesn't move it and its part over the whole reduce loop fits in L1_BYTES."""
+  reduce loop needs a new line every line_elements trips. The input comes from L1 instead when the innermost
+  output loop doesn't move it and its part over the whole reduce loop fits in l1_resident_bytes."""
   lanes = k.first_upcast
   tile_dims = list(range(lanes + 1, k.shape_len))
   fmas = prod(k.full_shape[d] for d in tile_dims)
@@ -340,9 +372,9 @@ def _streamed_lines(k: Kernel) -> float:
     strides = index_strides(st)
     if any(strides[d] is None for d in tile_dims + loops + globals_[-1:]): continue   # not affine: not counted
     offsets = _tile_offsets([(strides[d], k.full_shape[d]) for d in tile_dims])
-    per_trip = len({o // LINE_ELEMENTS for o in offsets})
-    if strides[lanes] != 1 and loops and abs(strides[loops[-1]]) == 1: per_trip /= LINE_ELEMENTS
-    in_l1 = bool(globals_) and strides[globals_[-1]] == 0 and per_trip * 64 * trips <= L1_BYTES
+    per_trip = len({o // line_elements(k.target) for o in offsets})
+    if strides[lanes] != 1 and loops and abs(strides[loops[-1]]) == 1: per_trip /= line_elements(k.target)
+    in_l1 = bool(globals_) and strides[globals_[-1]] == 0 and per_trip * k.target.cache_line_bytes * trips <= l1_resident_bytes(k.target)
     if not in_l1: lines += per_trip
   return lines / fmas
 
@@ -357,7 +389,7 @@ def _loop_loads(k: Kernel, resident: frozenset[int] = frozenset()) -> list[Shape
 def _resident_inputs(k: Kernel, amounts: dict[int, int]) -> frozenset[int]:
   """The inputs (indices into k.sts) that stay in cache from one tile to the next, so their loads cost a tile
   nothing: the innermost global dims don't index them for MIN_REUSE_TILES consecutive tiles, and one tile's part of
-  them over the whole reduce loop fits in CACHED_BYTES (a convolution's weights for a tile of output channels, which
+  them over the whole reduce loop fits in cached_bytes (a convolution's weights for a tile of output channels, which
   the output positions sweep; measured, 3x3 with 64/128/256 input channels: 16 channels x 1 row beats 4 x 4,
   which loads fewer weights but more input vectors, by 7-11% per core). Used for kernels with an unrolled window
   only: a batched matrix product's rows would pass too, but 16 rows x 1 vector measured 15% slower there than
@@ -374,7 +406,7 @@ def _resident_inputs(k: Kernel, amounts: dict[int, int]) -> frozenset[int]:
       if strides[axis] != 0: break
       tiles *= k.full_shape[axis] // amounts.get(axis, 1)
     footprint = prod(k.full_shape[a] for a in inner if strides[a] != 0) * prod(n for a, n in amounts.items() if strides[a] != 0) * 4
-    if tiles >= MIN_REUSE_TILES and footprint <= CACHED_BYTES: resident.add(i)
+    if tiles >= MIN_REUSE_TILES and footprint <= cached_bytes(k.target): resident.add(i)
   return frozenset(resident)
 
 

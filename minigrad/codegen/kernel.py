@@ -21,6 +21,7 @@ import copy
 from dataclasses import dataclass
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.shapetracker import ShapeTracker, View
+from minigrad.target import Target, cpu_target
 
 VIEW_HOLDERS = (Ops.LOAD, Ops.STORE, Ops.CONST, Ops.VALID, Ops.ARANGE)
 OPT_KINDS = ("UPCAST", "UNROLL", "LOCAL", "GROUP", "GROUPTOP", "PADTO", "SWAP")
@@ -53,10 +54,12 @@ class KernelOptError(ValueError):
 
 
 class Kernel:
-  def __init__(self, ast: UOp, has_local: bool = False):
-    """`has_local`: the target device has workgroups with local memory (GPU-shaped), which GROUP needs."""
+  def __init__(self, ast: UOp, has_local: bool = False, target: Target | None = None):
+    """`has_local`: the target device has workgroups with local memory (GPU-shaped), which GROUP needs. `target`:
+    the CPU the kernel is compiled for, which the optimizer's policy reads (None: `minigrad.target.cpu_target()`,
+    the CPU and LLVM devices' Target, looked up when first asked)."""
     if ast.op is not Ops.SINK: raise ValueError(f"a kernel AST must be a SINK, got {ast.op}")
-    self.ast, self.has_local = ast, has_local
+    self.ast, self.has_local, self._target = ast, has_local, target
     self.applied_opts: list[Opt] = []
     # indices into `sts` whose only mask is PADTO's padding of output dims: what they load there reaches only
     # padded outputs, which are never stored, so the lowerer may read any in-bounds element instead of gating the load
@@ -70,6 +73,12 @@ class Kernel:
     self.axis_kinds: list[str] = ["reduce" if i in reduce_axes else "global" for i in range(len(self.sts[0].shape))]
     self.output_view = next(s for n in ast.toposort if n.op is Ops.STORE for s in n.src if s.op is Ops.VIEW)
     self._simplify_shape()
+
+  @property
+  def target(self) -> Target:
+    """The CPU Target this kernel is optimized for."""
+    if self._target is None: self._target = cpu_target()
+    return self._target
 
   # ---- shape bookkeeping ----
   @property

@@ -441,20 +441,22 @@ class _FunctionWriter:
 
   def idiom(self, u: UOp, name: str, operands: tuple[UOp, ...]) -> str:
     """A pattern simd_idioms found, spelled so LLVM picks the one x86 instruction (the uops it replaces are left
-    unused, and LLVM drops them): floor, (a > b) ? a : b (maxps), (a < b) ? a : b (minps), x * 2**n (vscalefps)."""
-    ty, mask = llvm_type(u.dtype), llvm_type(dtypes.bool.vec(16))
+    unused, and LLVM drops them): floor, (a > b) ? a : b (maxps), (a < b) ? a : b (minps), x * 2**n (vscalefps
+    with AVX-512; else the exponent bits, as the graph built them)."""
+    kind, lanes = name.rsplit("_v", 1)[0], u.dtype.count
+    ty, mask = llvm_type(u.dtype), llvm_type(dtypes.bool.vec(lanes))
     args = [self.value(s, u) for s in operands]
-    if name == "floorf_v16":
-      self.declarations.add(f"declare {ty} @llvm.floor.v16f32({ty})")
-      return self.emit(u, f"call {ty} @llvm.floor.v16f32({ty} {args[0]})")
-    if name in ("maxps_v16", "minps_v16"):
-      pick_a = self.temp(u, f"fcmp {'ogt' if name == 'maxps_v16' else 'olt'} {ty} {args[0]}, {args[1]}")
+    if kind == "floorf":
+      self.declarations.add(f"declare {ty} @llvm.floor.v{lanes}f32({ty})")
+      return self.emit(u, f"call {ty} @llvm.floor.v{lanes}f32({ty} {args[0]})")
+    if kind in ("maxps", "minps"):
+      pick_a = self.temp(u, f"fcmp {'ogt' if kind == 'maxps' else 'olt'} {ty} {args[0]}, {args[1]}")
       return self.emit(u, f"select {mask} {pick_a}, {ty} {args[0]}, {ty} {args[1]}")
-    if name == "scalef_v16" and self.avx512: return self.scalef(u, *args)
-    if name == "scalef_v16":   # 2**n built from its exponent bits (n integral and in range, as the C fallback)
-      ints = llvm_type(dtypes.int32.vec(16))
-      biased = self.temp(u, f"add {ints} {self.temp(u, f'fptosi {ty} {args[1]} to {ints}')}, {const_text(127, dtypes.int32.vec(16))}")
-      power = self.temp(u, f"bitcast {ints} {self.temp(u, f'shl {ints} {biased}, {const_text(23, dtypes.int32.vec(16))}')} to {ty}")
+    if kind == "scalef" and self.avx512 and lanes == 16: return self.scalef(u, *args)
+    if kind == "scalef":   # 2**n built from its exponent bits (n integral and in range, as the C fallback)
+      ints = llvm_type(dtypes.int32.vec(lanes))
+      biased = self.temp(u, f"add {ints} {self.temp(u, f'fptosi {ty} {args[1]} to {ints}')}, {const_text(127, dtypes.int32.vec(lanes))}")
+      power = self.temp(u, f"bitcast {ints} {self.temp(u, f'shl {ints} {biased}, {const_text(23, dtypes.int32.vec(lanes))}')} to {ty}")
       return self.emit(u, f"fmul {ty} {args[0]}, {power}")
     raise NotImplementedError(f"LLVMRenderer has no spelling for the idiom {name}")
 

@@ -113,8 +113,10 @@ compiled_kernels: dict[tuple[UOp, str, tuple[Opt, ...] | None], CompiledKernel] 
 
 
 def new_kernel(ast: UOp, device: str) -> Kernel:
-  """A Kernel for `ast` shaped for `device` (GPU devices have workgroups with local memory)."""
-  return Kernel(ast, has_local=getattr(Device[device].renderer, "has_local", False))
+  """A Kernel for `ast` shaped for `device` (GPU devices have workgroups with local memory; CPU devices compile for
+  their compiler's Target)."""
+  dev = Device[device]
+  return Kernel(ast, has_local=getattr(dev.renderer, "has_local", False), target=getattr(dev.compiler, "target", None))
 
 
 def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> CompiledKernel:

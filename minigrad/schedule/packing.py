@@ -3,7 +3,7 @@
 Input: the scheduler's ScheduleItems. Output: the same items, where a large matmul-shaped reduce kernel that
 reads a 2-d operand `b` (one output dim j; the reduce dim k, or several that read b as one, as a weight gradient's
 batch and token dims) gets a copy kernel before it that writes
-b[k, j] as panels of W columns: packed[j // W][k][j % W], W the first of PANEL_WIDTHS that divides b's columns.
+b[k, j] as panels of W columns: packed[j // W][k][j % W], W the first of panel_widths(Target) that divides b's columns.
 The product then reads one contiguous panel per tile of output columns instead of W-wide strips a whole row
 apart: the panel stays in the L2 cache while the kernel sweeps the rows, and one stream is easy to prefetch
 (the C renderer prefetches it ahead, see codegen.cpu_patterns.panel_prefetches). (Rows a power-of-two apart also map to
@@ -20,8 +20,8 @@ The other operand, a in a[i, k], is read one row per tile row and trip of the re
 weight gradient's dy.T, its rows i side by side) with its k rows a multiple of 2 KB apart (so they share a few cache
 sets), it gets a row-major copy instead (see _row_major_plan).
 
-The codegen heuristics give such a kernel output tiles of W columns (6 or 4 rows x 4 vectors of 16 floats for
-W = 64, 8 x 2 for W = 32: the tiles with the fewest loads per multiply-add), so each tile reads exactly one
+The codegen heuristics give such a kernel output tiles of W columns (with AVX-512: 6 or 4 rows x 4 vectors of 16
+floats for W = 64, 8 x 2 for W = 32: the tiles with the fewest loads per multiply-add), so each tile reads exactly one
 panel.
 """
 from __future__ import annotations
@@ -30,15 +30,25 @@ from minigrad.dtype import dtypes
 from minigrad.helpers import prod
 from minigrad.uop.ops import UOp, Ops, one_hot_pick
 from minigrad.uop.shapetracker import ShapeTracker, View
+from minigrad.target import Target, cpu_target
 
-PANEL_WIDTHS = (64, 32)       # output columns per register tile: four (or two) AVX-512 vectors of float32
-MIN_PACKED_BYTES = 1 << 20    # smaller operands stay in the L2 cache as they are
+PANEL_VECTORS = (4, 2)        # output columns per register tile: four (or two) of the Target's float32 vectors
 MIN_ROWS = 64                 # the packed copy must be reused by at least this many output rows
 MIN_ROWS_TRANSPOSED = 256     # ... when b is transposed: fewer rows run faster on dot products along k as b lies
 MIN_REDUCE = 64               # and be long enough in k to pay for the copy
 MIN_ROWS_SHORT_K = 32         # ... except a transposed b (also one per batch) with a shorter k, once this many rows reuse it
 ALIASED_ROW_BYTES = 2048      # a k-major first operand whose rows are a multiple of this apart is copied row-major
 PACKED_DEVICES = ("CPU", "LLVM")   # a layout for CPU caches
+
+
+def panel_widths(target: Target) -> tuple[int, ...]:
+  """Columns per packed panel, widest first: 4 or 2 float32 vectors (64 or 32 with AVX-512, 32 or 16 with AVX2)."""
+  return tuple(n * target.vector_bytes // 4 for n in PANEL_VECTORS)
+
+
+def min_packed_bytes(target: Target) -> int:
+  """Operands smaller than this (half of L2) stay in the L2 cache as they are."""
+  return target.l2_bytes // 2
 
 
 def pack_operands(items: list, make_item) -> list:
@@ -117,7 +127,8 @@ def _packing_plan(item, load: UOp):
   batch_axes = [a for a in j_axes if a != j_axis]
   J, K = view.shape[j_axis], prod(view.shape[a] for a in k_axes)
   rows = [a for a, size in enumerate(view.shape) if a not in j_axes and a not in reduce_axes and size > 1]
-  width = next((w for w in PANEL_WIDTHS if J % w == 0), None)
+  target = cpu_target()
+  width = next((w for w in panel_widths(target) if J % w == 0), None)
   s_j, s_k = view.strides[j_axis], view.strides[k_axes[-1]]
   # b's columns a row apart (x @ w.T, w stored (out, in)): the copy is what makes the product's tiles whole vectors
   transposed = s_j != 1
@@ -129,7 +140,7 @@ def _packing_plan(item, load: UOp):
   elif K < MIN_REDUCE: return None
   # every row dim reads b at the same place: a transposed b is reused by all of them (a batch's tokens, say)
   elif transposed and (batch_axes or reuse < MIN_ROWS_TRANSPOSED): return None
-  elif not transposed and (J * K * 4 < MIN_PACKED_BYTES or max(view.shape[a] for a in rows) < MIN_ROWS): return None
+  elif not transposed and (J * K * 4 < min_packed_bytes(target) or max(view.shape[a] for a in rows) < MIN_ROWS): return None
   # the copy: packed[batch...][p][k][c] = b[batch offsets + (p * width + c) * s_j + k * s_k + offset]
   batch = tuple(view.shape[a] for a in batch_axes)
   panels = View.create(batch + (J // width, K, width))
@@ -155,7 +166,7 @@ def _row_major_plan(item, load: UOp):
   if out_view.strides[i_axis] == 1 or view.strides[i_axis] != 1: return None
   I, K = view.shape[i_axis], prod(view.shape[a] for a in k_axes)
   columns = prod(size for a, size in enumerate(view.shape) if a != i_axis and a not in reduce_axes)
-  if I * K * 4 < MIN_PACKED_BYTES or view.strides[k_axes[-1]] * 4 % ALIASED_ROW_BYTES: return None
+  if I * K * 4 < min_packed_bytes(cpu_target()) or view.strides[k_axes[-1]] * 4 % ALIASED_ROW_BYTES: return None
   if K < MIN_REDUCE or columns < MIN_ROWS: return None
   rows = View.create((I, K))
   pack_view = ShapeTracker((View.create(rows.shape, (1, view.strides[k_axes[-1]]), view.offset),))
