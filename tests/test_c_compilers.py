@@ -21,7 +21,8 @@ import pytest
 from minigrad.codegen.c_renderer import CRenderer, half_conversions
 from minigrad.dtype import dtypes
 from minigrad.runtime import ops_cpu
-from minigrad.runtime.ops_cpu import CCompiler, CompilerCapabilities, configure_renderer, float16_mode, load_library
+from minigrad.runtime.ops_cpu import CCompiler, CompilerCapabilities, configure_renderer, float16_mode, load_library, target_flag_candidates
+from minigrad.target import Target
 
 X86 = platform.machine() in ("x86_64", "AMD64")
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -69,8 +70,9 @@ def fake_compiler(tmp_path: pathlib.Path, name: str, rejects: list[str], version
 def test_probe_answers_for_gcc():
   cc = installed("gcc")
   version, flags = major_version(cc), cpu_flags()
-  answers = CCompiler(cc).capabilities
-  assert answers.target_flags == ("-march=native",) and answers.vector_extensions and answers.half_bits
+  compiler = CCompiler(cc)
+  answers = compiler.capabilities
+  assert answers.target_flags == target_flag_candidates(compiler.target)[0] and answers.vector_extensions and answers.half_bits
   assert answers.shufflevector == (version >= 12)
   if X86:
     assert answers.float16 == (version >= 12)
@@ -84,8 +86,10 @@ def test_probe_answers_for_gcc():
 def test_probe_answers_for_clang():
   cc = installed("clang")
   version, flags = major_version(cc), cpu_flags()
-  answers = CCompiler(cc).capabilities
-  assert answers.target_flags == ("-march=native",) and answers.vector_extensions and answers.shufflevector and answers.half_bits
+  compiler = CCompiler(cc)
+  answers = compiler.capabilities
+  assert answers.target_flags == target_flag_candidates(compiler.target)[0]
+  assert answers.vector_extensions and answers.shufflevector and answers.half_bits
   if X86:
     assert answers.f16c == ("f16c" in flags)
     assert answers.half_arithmetic == ("avx512_fp16" in flags)
@@ -129,6 +133,18 @@ def test_probe_is_asked_once_per_compiler_and_kept_on_disk(monkeypatch, tmp_path
   other = fake_compiler(tmp_path, "oldcc", ["_Float16"], version="[oldcc 11.0.0]")
   assert not CCompiler(other).capabilities.float16 and len(runs) > asked
   assert len(list((tmp_path / "cache" / "compiler_probes").iterdir())) == 2
+
+
+def test_target_flags_set_the_vector_width_on_x86():
+  # clang tunes Intel's AVX-512 server CPUs for 256-bit vectors and splits 64-byte vector types (spilling register
+  # tiles): the Target's vector width is asked for first, then the march alone for compilers that don't know the flag
+  avx512 = Target("x86_64", "x86-64-v4", frozenset({"avx", "avx2", "fma", "avx512f"}))
+  assert target_flag_candidates(avx512) == (("-march=x86-64-v4", "-mprefer-vector-width=512"), ("-march=x86-64-v4",))
+  assert target_flag_candidates(Target("x86_64", "x86-64-v3", frozenset({"avx", "avx2"})))[0][-1] == "-mprefer-vector-width=256"
+  assert target_flag_candidates(Target("aarch64", "armv8-a", frozenset({"neon"}))) == (("-march=armv8-a",),)
+  if X86:
+    for cc in ("gcc", "clang"):
+      if shutil.which(cc): assert f"-mprefer-vector-width={8 * CCompiler(cc).target.vector_bytes}" in CCompiler(cc).flags
 
 
 def test_probe_picks_the_target_flag_the_compiler_takes(tmp_path):

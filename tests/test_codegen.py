@@ -433,3 +433,23 @@ def test_one_hot_pick_out_of_range_reads_zero():
   assert reduce_loops(t) == 0
   expected = np.array([x[i] if 0 <= i < 6 else np.zeros(10, np.float32) for i in idx])
   np.testing.assert_array_equal(t.numpy(), expected)
+
+
+def test_scalar_selects_in_vector_kernels_blend():
+  # a weight gradient through a relu: per row of the tile, (h > 0) ? dy : 0 on scalars broadcast to the lanes. clang
+  # sank the load of dy into a branch on the data, which mispredicted half the time; a blend has no branch. NaN and
+  # signed zeros pass through as selected.
+  rng = np.random.default_rng(7)
+  h, dy, x = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal((64, 32)).astype(np.float32)
+  dy[3, 5], dy[7, 9], h[7, 9] = np.nan, -0.0, 1.0
+  t = (Tensor(h) > 0).where(Tensor(dy), 0.0).T @ Tensor(x)
+  (item,) = [i for i in t.schedule() if any(u.op is Ops.REDUCE_AXIS for u in i.ast.toposort)]
+  assert "where_float(" in kernel_body_of(item)
+  np.testing.assert_allclose(t.numpy(), np.where(h > 0, dy, 0).T @ x, rtol=1e-4, atol=1e-4, equal_nan=True)
+  picked = (Tensor(h) > 0).where(Tensor(dy), -0.0).numpy()
+  np.testing.assert_array_equal(np.signbit(picked), np.signbit(np.where(h > 0, dy, -0.0)))
+
+
+def kernel_body_of(item) -> str:
+  source = get_kernel(item.ast, "CPU").source
+  return source[source.index("void "):]

@@ -225,7 +225,8 @@ class CRenderer:
         elif u.op is Ops.BITCAST: expr = self.render_bitcast(src[0], u.src[0].dtype, u.dtype)
         elif u.op is Ops.NEG and u.dtype.count > 1 and u.dtype.scalar() == dtypes.bool: expr = f"(~{src[0]})"   # masks are -1/0
         elif u.op in (Ops.MAX, Ops.WHERE) and u.dtype.count > 1: expr = self.render_vector_select(u, src)
-        elif u in blended: expr = f"max_{self.type_name(u.dtype)}({src[0]}, {src[1]})"
+        elif u in blended and u.op is Ops.MAX: expr = f"max_{self.type_name(u.dtype)}({src[0]}, {src[1]})"
+        elif u in blended: expr = f"where_{self.type_name(u.dtype)}({src[0]}, {src[1]}, {src[2]})"
         elif u.op in VECTOR_MATH and u.dtype.count > 1: expr = f"{VECTOR_MATH[u.op]}_v{u.dtype.count}({src[0]})"
         elif u.op in GroupOp.ALU: expr = self.render_alu(u, src)
         else: raise NotImplementedError(f"{type(self).__name__} can't render {u.op}")
@@ -261,23 +262,28 @@ class CRenderer:
       (half_conversions(self.float16_mode) if self.float16_mode != "native" and any(
         u.op is Ops.CAST and dtypes.float16 in (u.dtype, u.src[0].dtype) for u in uops) else [])
 
-  # ---- scalar max without a branch ----
+  # ---- scalar max and where without a branch ----
   def blended_maxes(self, uops: list[UOp]) -> set[UOp]:
-    """Scalar float maxes spelled by a helper that blends instead of branching: gcc turns `(a!=a|a>b)?a:b` into
-    jumps, which mispredict on data (relu, the last step of a max over vector lanes: a 2x2 max pooling ran 2.5x
-    slower). A running max (an accumulator's update) keeps the branch, which it predicts well."""
+    """Scalar float maxes and selects spelled by helpers that blend instead of branching: gcc turns
+    `(a!=a|a>b)?a:b` into jumps, and clang `c?x:0.0f` when x is a load it can sink into the branch; both mispredict
+    on data (relu, the last step of a max over vector lanes: a 2x2 max pooling ran 2.5x slower; a weight gradient
+    through a relu ran at a fifth of its speed). A running max (an accumulator's update) keeps the branch, which it
+    predicts well."""
     if not self.vector_lanes: return set()
     running = {u.src[1] for u in uops if u.op is Ops.ASSIGN}
-    return {u for u in uops if u.op is Ops.MAX and u.dtype in (dtypes.float32, dtypes.float64) and u not in running}
+    return {u for u in uops if u.op in (Ops.MAX, Ops.WHERE) and u.dtype in (dtypes.float32, dtypes.float64) and u not in running}
 
   def max_helpers(self, uops: list[UOp]) -> list[str]:
     lines = []
-    for dt in sorted({u.dtype for u in self.blended_maxes(uops)}, key=lambda d: d.itemsize):
+    for op, dt in sorted({(u.op, u.dtype) for u in self.blended_maxes(uops)}, key=lambda x: (x[0].value, x[1].itemsize)):
       name, mask = self.type_name(dt), "int" if dt == dtypes.float32 else "long long"
-      lines += [f"static inline {name} max_{name}({name} a, {name} b) {{   /* a if it is NaN or bigger, else b */",
-                f"  typedef {name} v __attribute__((vector_size(16))); typedef {mask} m __attribute__((vector_size(16)));",
-                "  v x = {a}, y = {b}; m keep = (x != x) | (x > y);",
-                "  return ((v)(((m)x & keep) | ((m)y & ~keep)))[0];", "}"]
+      types = f"  typedef {name} v __attribute__((vector_size(16))); typedef {mask} m __attribute__((vector_size(16)));"
+      if op is Ops.MAX:
+        lines += [f"static inline {name} max_{name}({name} a, {name} b) {{   /* a if it is NaN or bigger, else b */", types,
+                  "  v x = {a}, y = {b}; m keep = (x != x) | (x > y);", "  return ((v)(((m)x & keep) | ((m)y & ~keep)))[0];", "}"]
+      else:
+        lines += [f"static inline {name} where_{name}(_Bool c, {name} a, {name} b) {{   /* c ? a : b */", types,
+                  f"  v x = {{a}}, y = {{b}}; m keep = {{-({mask})c}};", "  return ((v)(((m)x & keep) | ((m)y & ~keep)))[0];", "}"]
     return lines
 
   # ---- SIMD vectors (GCC/clang vector extensions) ----

@@ -27,7 +27,7 @@ import threading
 import time
 import numpy as np
 from minigrad.helpers import DEBUG, cache_dir, cpu_threads
-from minigrad.target import Target, cpu_target, ensure_runnable, march_flag_candidates
+from minigrad.target import X86_ARCHS, Target, cpu_target, ensure_runnable, march_flag_candidates
 from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source, disk_cache_enabled, \
   read_cache_entry, write_cache_entry
 from minigrad.runtime.cpu_pool import ENTRY_SUFFIX, LaunchList
@@ -138,10 +138,6 @@ def find_c_compiler(cc: str | None = None, purpose: str = "for the CPU device") 
 
 # ---------------------------------------------------------------- what the compiler accepts (probed once)
 
-# how the compiler is told to use this CPU's instructions, in order of preference: -march=native (gcc; clang on x86),
-# -mcpu=native (clang before 15 rejects -march=native on aarch64), else nothing (the target's baseline). A Target with
-# another march has the one flag -march=<name> (see minigrad.target.march_flag_candidates).
-TARGET_FLAG_CANDIDATES: tuple[tuple[str, ...], ...] = march_flag_candidates("native")
 # the compiler defines one of these when the target computes in half precision itself (AVX512-FP16, Armv8.2 FP16). Then
 # gcc 12 and clang 14 turn float32 arithmetic between two roundings to _Float16 into half arithmetic and, under
 # -ffp-contract=fast, fuse a half multiply and add into one FMA: a*b is never rounded to half, as torch rounds it
@@ -217,8 +213,14 @@ def has_libmvec() -> bool:
 
 
 def target_flag_candidates(target: Target) -> tuple[tuple[str, ...], ...]:
-  """The flags that may stand for -march=native in CFLAGS when compiling for `target`, in order of preference."""
-  return march_flag_candidates(target.march)
+  """The flags that may stand for -march=native in CFLAGS when compiling for `target`, in order of preference. On
+  x86 each comes first with -mprefer-vector-width set to the Target's vectors: clang (and gcc for some CPUs) tunes
+  Intel's AVX-512 server CPUs for 256-bit vectors, splits the kernels' 64-byte vector types into halves and spills
+  a register tile's 24 accumulators (a 1024^2 matmul ran at 0.4x the speed gcc's 512-bit code has)."""
+  candidates = march_flag_candidates(target.march)
+  if target.arch not in X86_ARCHS: return candidates
+  prefer = f"-mprefer-vector-width={8 * target.vector_bytes}"
+  return tuple(c for flags in candidates for c in (((*flags, prefer), flags) if flags else (flags,)))
 
 
 class CCompiler(Compiler):
@@ -329,7 +331,7 @@ def _probe_key(argv: list[str], version: str, flags: tuple[str, ...], target: Ta
   try: stat = os.stat(executable)
   except OSError: stat = None
   from minigrad.codegen.c_renderer import half_conversions
-  probes = hashlib.sha256(repr((FEATURE_PROBES, TARGET_FLAG_CANDIDATES, HALF_ARITHMETIC_MACROS, half_conversions("bits"),
+  probes = hashlib.sha256(repr((FEATURE_PROBES, target_flag_candidates(target), HALF_ARITHMETIC_MACROS, half_conversions("bits"),
                                 half_conversions("f16c"), list(CompilerCapabilities.__dataclass_fields__))).encode()).hexdigest()
   return json.dumps([argv, executable, stat and stat.st_size, stat and stat.st_mtime_ns, version, flags, target.key, probes])
 
