@@ -1,6 +1,7 @@
 """Scheduler: how many kernels a graph becomes (fusion), checked through GlobalCounters, with results vs numpy."""
 import numpy as np
 import pytest
+import torch
 from minigrad import Tensor, GlobalCounters
 from minigrad.uop.ops import Ops
 
@@ -235,3 +236,15 @@ def test_random_chains_of_reduces_and_broadcasts_match_numpy(seed):
     i, ax = int(r.integers(len(CHAIN_STEPS))), int(r.choice([0, 1, -1]))
     x, expected = CHAIN_STEPS[i](x, ax, w), _numpy_step(i, expected, ax, wn.astype(np.float64))
   np.testing.assert_allclose(x.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_attention_softmax_is_not_recomputed_per_head_dim():
+  # softmax(q @ k.T) @ v: the softmax under the product with v would be computed once per head dim (64 times per
+  # element) if it fused there; it gets its own kernel (row max, row sum and output), then the product
+  rng = np.random.default_rng(11)
+  q, k, v = (rng.standard_normal((2, 3, 32, 64)).astype(np.float32) for _ in range(3))
+  out = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True)
+  reduces = [item for item in out.schedule() if any(u.op is Ops.REDUCE_AXIS for u in item.ast.toposort)]
+  assert len(reduces) == 3, [len([u for u in item.ast.toposort if u.op is Ops.REDUCE_AXIS]) for item in reduces]
+  expected = torch.nn.functional.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)), is_causal=True)
+  np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)

@@ -167,15 +167,16 @@ class _Fusion:
     or more times over, when it takes RECOMPUTE_WORK or more ops per element? Then it gets a kernel of its own. (A
     convolution's input gradient reads the gradient of the layer above once per filter tap and input channel: a
     BatchNorm backward fused there was computed 144 times per element. A cat, a sum of padded views, under a
-    matmul: each of its elements took one gated load per input, and no SIMD layout suits them all.) Subgraphs with a
-    reduce stay fused."""
+    matmul: each of its elements took one gated load per input, and no SIMD layout suits them all. Attention's
+    softmax under the product with v was computed once per head dim: 8x slower than its own kernel.) The work counted
+    stops at reduces: what they compute is not redone per element."""
     if node.op not in GroupOp.Elementwise or prod(view.shape) < RECOMPUTE_FACTOR * node.size: return False
     work, stack, seen = 0, [node], set()
     while stack:
       n = stack.pop()
       if n in seen or self._stops(n, root): continue
       seen.add(n)
-      if n.op is Ops.REDUCE_AXIS: return False
+      if n.op is Ops.REDUCE_AXIS: continue   # its own work is done once per output (a side reduce or a kernel)
       if n.op in GroupOp.ALU: work += EXPENSIVE_OPS.get(n.op, 1)
       if n.op is Ops.VIEW and any(v.mask is not None for v in n.arg.views): work += GATED_LOAD_WORK
       stack.extend(n.src)
