@@ -103,15 +103,21 @@ def test_two_reduces_in_sequence():
   assert out.item() == pytest.approx(xn.sum(1).max(), rel=1e-5)
 
 
+@pytest.mark.parametrize("target_name, packed", [("avx512", 0), ("avx2", 1)])
 @pytest.mark.parametrize("prologue, kernels", [
   (lambda x: (x.abs().sqrt() / 3 + 1).exp() / (x * x + 2), 2),   # ~20 ops per element, read 16 times: its own kernel
   (lambda x: x.relu() * 2, 1),                                   # cheap: recomputing it is cheaper than a buffer
 ])
-def test_expensive_input_of_a_reduce_is_computed_once(prologue, kernels):
-  # out[n, j] = sum_k f(x)[n, k] * w[j, k]: the reduce reads each f(x) element once per j (16 times)
+def test_expensive_input_of_a_reduce_is_computed_once(prologue, kernels, target_name, packed, monkeypatch):
+  # out[n, j] = sum_k f(x)[n, k] * w[j, k]: the reduce reads each f(x) element once per j (16 times). The packing
+  # policy reads the CPU Target (tests/cpu_targets.py): with AVX2, w's 16 rows are one panel of two 8-float vectors,
+  # copied once for the 64 rows over a short k (see minigrad.schedule.packing); with AVX-512 they make no panel
+  from cpu_targets import TARGETS, pin_policy_target
+  pin_policy_target(monkeypatch, TARGETS[target_name])
   xn, wn = fresh(64, 32), fresh(16, 32)
   out = (prologue(Tensor(xn)).reshape(64, 1, 32) * Tensor(wn).reshape(1, 16, 32)).sum(-1)
-  assert count_kernels(out) == kernels
+  from minigrad.schedule.packing import PACKED_DEVICES
+  assert count_kernels(out) == kernels + (packed if out.device in PACKED_DEVICES else 0)
   torch = pytest.importorskip("torch")
   expected = (prologue(torch.from_numpy(xn)).reshape(64, 1, 32) * torch.from_numpy(wn).reshape(1, 16, 32)).sum(-1)
   np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
@@ -248,3 +254,18 @@ def test_attention_softmax_is_not_recomputed_per_head_dim():
   assert len(reduces) == 3, [len([u for u in item.ast.toposort if u.op is Ops.REDUCE_AXIS]) for item in reduces]
   expected = torch.nn.functional.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)), is_causal=True)
   np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_cheap_work_redone_per_input_feature_gets_its_own_kernel():
+  # a relu's backward under the weight gradient dy.T @ x: (h > 0) * dy would be recomputed once per input feature
+  # (784 times per element); realized first, the product reads a plain operand
+  rng = np.random.default_rng(12)
+  h, dy, x = rng.standard_normal((128, 256)).astype(np.float32), rng.standard_normal((128, 256)).astype(np.float32), rng.standard_normal((128, 784)).astype(np.float32)
+  grad = (Tensor(h) > 0).where(Tensor(dy), 0.0).T @ Tensor(x)
+  items = grad.schedule()
+  elementwise = [i for i in items if not any(u.op is Ops.REDUCE_AXIS for u in i.ast.toposort)
+                 and any(u.op is Ops.WHERE for u in i.ast.toposort)]
+  assert len(elementwise) == 1
+  np.testing.assert_allclose(grad.numpy(), np.where(h > 0, dy, 0).T @ x, rtol=1e-4, atol=1e-3)
+  few = (Tensor(h[:, :8]) > 0).where(Tensor(dy[:, :8]), 0.0).T @ Tensor(x[:, :16])   # redone 16 times: stays fused
+  assert not any(not any(u.op is Ops.REDUCE_AXIS for u in i.ast.toposort) for i in few.schedule())

@@ -93,6 +93,9 @@ SIDE_REDUCE_DEVICES = ("CPU", "LLVM")
 # (EXPENSIVE_OPS count more; so does a padded view, a gated load: bounds checks, a select), is realized first
 # (see _Fusion._recomputed)
 RECOMPUTE_FACTOR, RECOMPUTE_WORK = 8, 8
+# ... or cheap work (from MIN_CHEAP_WORK ops) redone so often that it adds up to RECOMPUTE_TOTAL ops per element: a
+# relu's backward (h > 0) * dy under the weight gradient dy.T @ x, once per input feature
+MIN_CHEAP_WORK, RECOMPUTE_TOTAL = 2, 512
 EXPENSIVE_OPS = {Ops.FDIV: 4, Ops.RECIP: 4, Ops.SQRT: 4, Ops.EXP2: 4, Ops.LOG2: 4, Ops.SIN: 4, Ops.IDIV: 4, Ops.MOD: 4}
 GATED_LOAD_WORK = 4
 
@@ -164,7 +167,8 @@ class _Fusion:
 
   def _recomputed(self, node: UOp, view: ShapeTracker, root: UOp) -> bool:
     """Would fusing `node` into a reduce's input, seen through `view`, compute each of its elements RECOMPUTE_FACTOR
-    or more times over, when it takes RECOMPUTE_WORK or more ops per element? Then it gets a kernel of its own. (A
+    or more times over, when it takes RECOMPUTE_WORK or more ops per element (or RECOMPUTE_TOTAL ops per element in
+    all)? Then it gets a kernel of its own: the reduce reads it as a plain operand, SIMD rows without scalar work. (A
     convolution's input gradient reads the gradient of the layer above once per filter tap and input channel: a
     BatchNorm backward fused there was computed 144 times per element. A cat, a sum of padded views, under a
     matmul: each of its elements took one gated load per input, and no SIMD layout suits them all. Attention's
@@ -180,7 +184,8 @@ class _Fusion:
       if n.op in GroupOp.ALU: work += EXPENSIVE_OPS.get(n.op, 1)
       if n.op is Ops.VIEW and any(v.mask is not None for v in n.arg.views): work += GATED_LOAD_WORK
       stack.extend(n.src)
-    return work >= RECOMPUTE_WORK
+    factor = prod(view.shape) // max(node.size, 1)
+    return work >= RECOMPUTE_WORK or (work >= MIN_CHEAP_WORK and work * factor >= RECOMPUTE_TOTAL)
 
   def _main_reduce(self, root: UOp, start: UOp) -> UOp | None:
     """The first reduce reached from the root through reshapes only (not through another reduce)."""
