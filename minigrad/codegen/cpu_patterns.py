@@ -119,7 +119,7 @@ def row_prefetches(uops: list[UOp]) -> dict[UOp, int]:
 # a vector load that feeds a register tile (used by several multiply-adds) and whose index moves this many bytes
 # per trip of its reduce loop reads a panel of a few vectors side by side per trip (a matmul operand packed by
 # minigrad.schedule.packing). The loop is compute-bound and the hardware brings the panel from L2 into L1 too late:
-# each such load also prefetches PREFETCH_AHEAD_BYTES ahead (1024^2 matmul kernel, one core: 135 -> 147 GFLOPS).
+# each such load also prefetches PREFETCH_AHEAD_BYTES ahead.
 # Streams a whole row apart per trip (an unpacked operand, a convolution's input planes) and loads used once
 # (a row reduction, bound by memory) are left to the hardware.
 PANEL_STEP_BYTES = (128, 256)

@@ -33,9 +33,8 @@ The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-
   5. row reductions (no lanes on the output): lanes from a contiguous reduce dim, summed across at the end;
      4 vectors per loop trip, so a max (a compare and a blend per vector) isn't waiting on the previous one.
      Without a register tile the rows only stream through: on CPUs that run 64-byte vectors as two halves
-     (AMD Zen 3/4, Target.halves_wide_vectors) they take 32-byte vectors, which streamed faster there (a sum
-     over 4096x4096 float32 rows, each vector with its own accumulator (lowerer._row_lanes): 39.5 -> 45.3 GB/s
-     with two threads, 28.4 -> 30.2 with one; over 512x4096 rows 1.6x; over 1024x1024, in cache, within 10%).
+     (AMD Zen 3/4, Target.halves_wide_vectors) they take 32-byte vectors, which stream faster there, each vector
+     with its own accumulator (lowerer._row_lanes).
   6. kernels with several reduces (see minigrad.schedule.scheduler.KernelPlan): lanes of one width on the
      output's contiguous dim and on every contiguous reduce dim (without any, short reduce loops unrolled whole);
      two rows per outer loop trip when there are many.
@@ -200,8 +199,8 @@ def _cpu_optimizations(k: Kernel) -> None:
     if width is not None: return k.apply_opt(Opt("UPCAST", globals_.index(axis), width))
   # 1b. a transposing copy: lanes along the dim the input reads contiguously, and as many rows of the output's
   #     contiguous dim per trip when it has whole blocks of them: each trip moves a square block, whose stores the
-  #     vectorizer transposes by shuffles (vectorize.transposed_stores). Else the output is written lane by lane
-  #     (a 512x1024 float32 transpose: 1.1 ms lane by lane, 0.12-0.18 ms in 16x16 blocks, 2 threads)
+  #     vectorizer transposes by shuffles (vectorize.transposed_stores), several times faster than writing the
+  #     output lane by lane, which is what happens otherwise
   if not has_reduce and (lanes := _scattered_lanes(k, widths)) is not None:
     rows = next((a for a in globals_ if out_strides[a] == 1 and a != lanes[0] and k.full_shape[a] % lanes[1] == 0), None)
     if rows is not None:
@@ -243,9 +242,8 @@ def _one_hot_tile(k: Kernel, lane_remainder: int | None) -> None:
   """8. a one-hot sum's tile: no rows of the dims the condition depends on (each would need an IF of its own, each
   loading the same x), and all the vectors along the lanes' dim (up to MAX_ONE_HOT_VECTORS) under one IF: the trips
   where it doesn't hold, all but one in the vocabulary's size, are a load, a compare and a branch. Accumulators that
-  don't fit in registers are only read and written where it holds. (An Embedding(50257, 768) forward and backward
-  over 1024 tokens: 813 ms as 16-row tiles of multiply-adds, 77 ms with this tile; torch 54-67 ms. The small GPT's embedding
-  gradient, 256 x 128: 0.78 -> 0.2 ms.)"""
+  don't fit in registers are only read and written where it holds. (An embedding's gradient as 16-row tiles of
+  multiply-adds ran an order of magnitude slower: every row's multiply-adds on every token.)"""
   if lane_remainder is None: return
   size = k.full_shape[lane_remainder]
   vectors = max((n for n in range(2, min(size, MAX_ONE_HOT_VECTORS) + 1) if size % n == 0), default=None)
@@ -284,7 +282,7 @@ def _fused_reduces(k: Kernel, widths: list[int], out_strides: tuple[int | None, 
     laned = True
     if kind == "REDUCE" and size > width: _unroll_rows(k, axis)   # the rest of the split dim stays at `axis`
   # without lanes, short reduce loops (a max pooling's 2x2 window, read by its max, its first maximum and its
-  # selection) are unrolled whole: no loop, and their indices fold to constants (MNIST CNN pooling: 10 -> 5 ms)
+  # selection) are unrolled whole: no loop, and their indices fold to constants
   for axis in reversed(k.axes_of("reduce") if not laned else []):
     if k.full_shape[axis] <= MAX_UNROLLED_REDUCE: k.apply_opt(Opt("UNROLL", k.axes_of("reduce").index(axis), k.full_shape[axis]))
   # two rows per outer loop trip: every pass reads two rows at once, two streams for the memory system
@@ -479,8 +477,8 @@ def _order_loops(k: Kernel) -> None:
   rows, along which the packed column panel stays the same) runs innermost, so that input stays in L2 while the
   row tiles sweep it and the other input streams by - when the other dim, which then runs outermost and is shared
   out to the threads, has at least MIN_OUTER_TRIPS trips (a narrow product's second operand fits in L2 anyway).
-  The rows are not cut into L2-sized blocks: with the panel prefetched (see codegen.cpu_patterns.panel_prefetches) that
-  measured slower (1024^2: 152 -> 158 GFLOPS per core, 2048^2: 131 -> 156; 2 threads alike)."""
+  The rows are not cut into L2-sized blocks: with the panel prefetched (see codegen.cpu_patterns.panel_prefetches)
+  that measured slower."""
   globals_ = k.axes_of("global")
   if len(globals_) != 2: return
   inner = [a for a in range(k.shape_len) if k.axis_kinds[a] not in ("global", "local")]

@@ -171,11 +171,11 @@ def _grouped_windows(x: Tensor, kernel: tuple[int, ...], strides: tuple[int, ...
 class _Convolution(Function):
   """conv without bias, checked arguments. The forward multiplies the kernel windows (a view) by the weights and
   sums; rows of outputs that aren't whole SIMD vectors are computed wider, then cut (the MNIST CNN's conv2: rows
-  of 14 computed 16 wide, 5 -> 0.5 ms, where 14 gave the kernel 2-lane vectors).
+  of 14 computed 16 wide, where 14 gave the kernel 2-lane vectors).
   The gradients are written out rather than left to autograd: d x is a transposed convolution of the output
   gradient, so it runs as a forward convolution kernel. Autograd's d x summed the windows' gradient, a
   (N, C_in, *out, *kernel) tensor computed by a kernel without SIMD lanes (its innermost dim is the 3x3 taps) and
-  then scattered back: 28 + 10 ms of the MNIST CNN's 107 ms CPU training step. d weight: see _weight_gradient."""
+  then scattered back: a third of the MNIST CNN's CPU training step. d weight: see _weight_gradient."""
   def forward(self, x: UOp, weight: UOp, strides: tuple[int, ...], dilations: tuple[int, ...],
               pads: tuple[tuple[int, int], ...], groups: int) -> UOp:
     self.x, self.weight, self.geometry = x, weight, (strides, dilations, pads, groups)
@@ -229,7 +229,7 @@ def _weight_gradient(x: Tensor, grad: Tensor, weight_shape: tuple[int, ...], str
   """d conv / d weight: per weight, the sum over the batch and the output positions of output gradient x window
   element. The sum runs along the output rows, contiguous in both operands when the stride is 1; the rows are
   widened to a multiple of the SIMD width (the gradient with zero columns, the input padded further right), so
-  the kernel gets vector lanes and a register tile (the MNIST CNN's conv2, rows of 14 -> 16: 21 -> 1.2 ms)."""
+  the kernel gets vector lanes and a register tile (the MNIST CNN's conv2: rows of 14 widened to 16)."""
   n, c_out, kernel, dims = x.shape[0], weight_shape[0], weight_shape[2:], len(weight_shape) - 2
   width = grad.shape[-1]
   if strides[-1] == 1 and width > 1 and x.device in LANE_DEVICES:
@@ -380,7 +380,7 @@ class _TiledMaxPool(Function):
   over at the end are not read): the windows are a reshape and a permute. The forward is the max alone; the
   backward picks each window's first maximum and writes the gradient in the input's layout. The generic path
   computes the first maximum in the forward too, and its gradient is a sum over the repeats of the window view
-  (the MNIST CNN: two pooling kernels of 5 ms each and scatters of 4 + 2 ms)."""
+  (the MNIST CNN: two pooling kernels and two scatters instead of one kernel each way)."""
   def forward(self, x: UOp, kernel: tuple[int, ...], outs: tuple[int, ...]) -> UOp:
     self.x, self.kernel, self.outs = x, kernel, outs
     win = self._windows(Tensor(x))

@@ -104,7 +104,7 @@ COMPILER_CANDIDATES = ("clang", "gcc", "cc")
 CFLAGS = ("-shared", "-O2", "-march=native", "-fPIC", "-ffp-contract=fast", "-fno-math-errno", "-fwrapv")
 # gcc only: at -O2 gcc vectorizes a loop only when that costs nothing extra. Scalar kernels (the lanes are a small
 # dim, e.g. a 2x2 pooling window) then keep their selects as branches, which mispredict on data (a max pooling's
-# gradient spread: 2.1 -> 0.4 ms). Kernels written with vector types compile to the same code either way.
+# gradient spread ran five times slower). Kernels written with vector types compile to the same code either way.
 # -fno-predictive-commoning: gcc 12 runs predictive commoning at -O2, and its "store-stores chains" break our threads.
 # When a store of outer iteration g may hit the address of a store in iteration g+3 (out[16*g + 48*row]: g+3, row-1),
 # it loads those later elements when the part starts and stores the loaded (stale) values back when it ends, over

@@ -11,10 +11,10 @@ the same few cache sets, so unpacked strips evict each other.)
 
 A transposed b (its columns a row apart: w in `x @ w.T`, a Linear layer's (out, in) weight) is packed whatever its
 size once MIN_ROWS_TRANSPOSED output rows reuse it. Unpacked, the kernel can only take dot products along k, one
-horizontal sum per output; packed, it gets the same vector tiles as `x @ w` (1024x128 @ (512x128).T: 0.61 -> 0.47 ms
-with the copy, on 2 AVX-512 cores). So is one with a short k (under MIN_REDUCE), once MIN_ROWS_SHORT_K rows reuse it,
+horizontal sum per output; packed, it gets the same vector tiles as `x @ w`, faster even with the
+copy. So is one with a short k (under MIN_REDUCE), once MIN_ROWS_SHORT_K rows reuse it,
 also one per batch: attention's scores q @ k.T per head over 32 dims, where a dot product would end after two trips
-in 16 horizontal sums (the small GPT's four such products: 180-290 -> 80-150 us each, the copies included).
+in 16 horizontal sums.
 
 The other operand, a in a[i, k], is read one row per tile row and trip of the reduce loop. When it lies k-major (a
 weight gradient's dy.T, its rows i side by side) with its k rows a multiple of 2 KB apart (so they share a few cache
