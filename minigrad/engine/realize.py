@@ -144,6 +144,9 @@ def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> Compiled
   if getenv("CUDA_COMPILE_ONLY", 0):   # also render and compile the kernel for CUDA, without a GPU (runtime/ops_cuda.py)
     from minigrad.runtime.ops_cuda import compile_only
     compile_only(ast)
+  if cross_cc := getenv("CROSS_CC", ""):   # CPU/LLVM kernels also built for another CPU by a cross compiler (runtime/cross_compile.py)
+    from minigrad.runtime.cross_compile import cross_compile_for
+    cross_compile_for(device, ast, opts, cross_cc)
   return compiled
 
 
