@@ -2,7 +2,12 @@
 (register tiles, packed and prefetched panels, loop order), against numpy: odd sizes, transposed operands, batches,
 fused epilogues, padded and strided convolutions, and a window's products added one fused multiply-add at a time.
 Also the C renderer's 64-bit index math (loop counters and int32 variables are `long`), which must still wrap
-int32 arithmetic as int32."""
+int32 arithmetic as int32.
+
+The numbers are computed on the host's own Target; which path a product takes (packing copies, tiles, prefetches) is
+checked for hand-built Targets (tests/cpu_targets.py), rendered but not run."""
+from __future__ import annotations
+import re
 import numpy as np
 import pytest
 from minigrad import Tensor, dtypes
@@ -10,6 +15,10 @@ from minigrad.codegen.linearizer import product_terms
 from minigrad.engine.realize import get_kernel
 from minigrad.schedule.packing import PACKED_DEVICES
 from minigrad.uop.ops import UOp, Ops
+from cpu_targets import AVX2, AVX512, NEON, SSE2, body, decide, float_lanes, pin_policy_target, render, tile_of
+
+X86_TARGETS = [pytest.param(AVX512, id="avx512"), pytest.param(AVX2, id="avx2")]
+ALL_TARGETS = X86_TARGETS + [pytest.param(SSE2, id="sse2"), pytest.param(NEON, id="neon")]
 
 rng = np.random.default_rng(7)
 
@@ -85,66 +94,109 @@ def matmul_cases():
 
 @pytest.mark.parametrize("name,result,expected", list(matmul_cases()), ids=[c[0] for c in matmul_cases()])
 def test_matmul_paths_match_numpy(name, result, expected):
-  if name.startswith("packed") and result.device in PACKED_DEVICES: assert len(result.schedule()) == 2   # the packing copy, then the product
   np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=2e-3)
 
 
-def test_packed_panel_is_prefetched_and_row_sums_are_not():
+@pytest.mark.parametrize("target", ALL_TARGETS)
+def test_matmul_cases_take_the_packed_path_on_every_target(target, monkeypatch):
+  # the "packed" cases get the packing copy, then the product; the others are one kernel
+  pin_policy_target(monkeypatch, target)
+  cases = list(matmul_cases())
+  assert sum(name.startswith("packed") for name, _, _ in cases) >= 8
+  for name, result, _ in cases:
+    items = result.schedule()
+    assert len(items) == (2 if name.startswith("packed") and result.device in PACKED_DEVICES else 1), (name, len(items))
+
+
+def target_sources(t: Tensor, target) -> list[str]:
+  """The C sources of `t`'s kernels as decided for `target` (not compiled)."""
+  return [render(decide(item.ast, target)) for item in t.schedule()]
+
+
+@pytest.mark.parametrize("target, vectors", [pytest.param(AVX512, 4, id="avx512"), pytest.param(AVX2, 2, id="avx2")])
+def test_packed_panel_is_prefetched_and_row_sums_are_not(target, vectors, monkeypatch):
+  # one prefetch per vector load of the panel in a trip: the tile's 4 vectors of 16 (AVX2: 2 of 8)
+  pin_policy_target(monkeypatch, target)
   a, b = Tensor(arr(128, 512), device="CPU"), Tensor(arr(512, 512), device="CPU")
-  *pack, product = sources(a @ b)
+  *pack, product = target_sources(a @ b, target)
   assert len(pack) == 1 and "__builtin_prefetch" not in pack[0]   # the packing copy, then the product
-  assert product.count("__builtin_prefetch(") == 4                # one per vector of the 64-column panel
-  assert "__builtin_prefetch" not in "".join(sources(Tensor(arr(64, 1024), device="CPU").sum(1)))
+  lanes = float_lanes(target)
+  vector_loads = re.findall(rf"float_v{lanes} val\d+ = \(\*\(\(float_v{lanes}_unaligned\*\)&data", product)
+  assert product.count("__builtin_prefetch(") == len(vector_loads) == vectors, product
+  assert "__builtin_prefetch" not in "".join(target_sources(Tensor(arr(64, 1024), device="CPU").sum(1), target))
 
 
-def test_transposed_weight_is_packed_only_for_many_rows():
+@pytest.mark.parametrize("target", X86_TARGETS)
+def test_transposed_weight_is_packed_only_for_many_rows(target, monkeypatch):
   # x @ w.T reads w's columns a row apart. Packed, the product gets vector tiles along w's rows (no horizontal sums)
-  w = Tensor(arr(512, 128), device="CPU")
-  *pack, product = sources(Tensor(arr(1024, 128), device="CPU") @ w.T)
+  pin_policy_target(monkeypatch, target)
+  w_np, x_np = arr(512, 128), arr(1024, 128)
+  w = Tensor(w_np, device="CPU")
+  *pack, product = target_sources(Tensor(x_np, device="CPU") @ w.T, target)
   assert len(pack) == 1 and "= acc0;" in product   # accumulators stored whole, not summed across their lanes first
-  assert len(sources(Tensor(arr(128, 128), device="CPU") @ w.T)) == 1   # few rows: dot products along k, no copy
+  assert len((Tensor(arr(128, 128), device="CPU") @ w.T).schedule()) == 1   # few rows: dot products along k, no copy
+  monkeypatch.undo()   # the numbers on the host's own Target
+  np.testing.assert_allclose((Tensor(x_np) @ Tensor(w_np).T).numpy(), x_np @ w_np.T, rtol=1e-4, atol=2e-3)
 
 
-def test_weight_gradient_copies_dy_row_major_when_its_rows_alias():
+# x (1024 x 128, 512 KB) is packed too where half of L2 is no more than that (the 1 MB L2 a Target not of the host assumes)
+@pytest.mark.parametrize("target, x_packed", [pytest.param(AVX512, False, id="avx512"), pytest.param(AVX2, True, id="avx2")])
+def test_weight_gradient_copies_dy_row_major_when_its_rows_alias(target, x_packed, monkeypatch):
   # dy.T @ x over 1024 tokens: dy's rows are read along k, one element per token, rows 2 KB apart (512 floats) all in
-  # the same L1 cache sets. dy gets a row-major copy (16x16 blocks transposed by shuffles), then the product.
+  # the same L1 cache sets. dy gets a row-major copy (blocks of lanes x lanes transposed by shuffles), then the product.
+  from minigrad.schedule.packing import min_packed_bytes
+  assert x_packed == (1024 * 128 * 4 >= min_packed_bytes(target))
   dy, x = arr(1024, 512), arr(1024, 128)
-  *copy, product = sources(Tensor(dy, device="CPU").T @ Tensor(x, device="CPU"))
-  assert len(copy) == 1 and "__builtin_shufflevector" in copy[0]
-  np.testing.assert_allclose((Tensor(dy).T @ Tensor(x)).numpy(), dy.T @ x, rtol=1e-4, atol=2e-3)
-  # over a batch's tokens (two reduce dims read as one), as in a transformer's Linear layers
   dyb, xb = dy.reshape(16, 64, 512), x.reshape(16, 64, 128)
-  result = (Tensor(dyb, device="CPU").reshape(16, 64, 512, 1) * Tensor(xb, device="CPU").reshape(16, 64, 1, 128)).sum((0, 1))
-  assert len(result.schedule()) == 2
-  np.testing.assert_allclose(result.numpy(), dy.T @ x, rtol=1e-4, atol=2e-3)
-  # rows 1.5 KB apart don't alias (and run as fast unpacked): no copy
-  assert len(sources(Tensor(arr(1024, 384), device="CPU").T @ Tensor(x, device="CPU"))) == 1
+  batched = lambda: (Tensor(dyb, device="CPU").reshape(16, 64, 512, 1) * Tensor(xb, device="CPU").reshape(16, 64, 1, 128)).sum((0, 1))
+  with monkeypatch.context() as patched:
+    pin_policy_target(patched, target)
+    *copies, product = target_sources(Tensor(dy, device="CPU").T @ Tensor(x, device="CPU"), target)
+    assert len(copies) == 1 + x_packed and "__builtin_shufflevector" in copies[0]
+    # over a batch's tokens (two reduce dims read as one), as in a transformer's Linear layers
+    assert len(batched().schedule()) == 2 + x_packed
+    # rows 1.5 KB apart don't alias (and run as fast unpacked): no copy
+    assert len((Tensor(arr(1024, 384), device="CPU").T @ Tensor(x, device="CPU")).schedule()) == 1 + x_packed
+  np.testing.assert_allclose((Tensor(dy).T @ Tensor(x)).numpy(), dy.T @ x, rtol=1e-4, atol=2e-3)
+  np.testing.assert_allclose(batched().numpy(), dy.T @ x, rtol=1e-4, atol=2e-3)
 
 
 def test_weight_gradient_tile_keeps_its_operands_in_l1():
-  # dy.T @ x: 256x784 over a batch of 128. 784 = 49 vectors, so a tile of several vectors takes 7 of them, whose
-  # 57 KB column panel doesn't stay in L1: 7 cache lines from L2 per 14 multiply-adds. 16 rows x 1 vector reads
-  # one line of x and one (cached) line of dy per 16.
-  from minigrad.codegen.heuristics import hand_coded_optimizations, _streamed_lines, MAX_STREAMED_LINES
-  from minigrad.codegen.kernel import Opt
-  from minigrad.engine.realize import new_kernel
-  item = (Tensor(arr(128, 256), device="CPU").T @ Tensor(arr(128, 784), device="CPU")).schedule()[-1]
-  chosen = new_kernel(item.ast, "CPU")
-  hand_coded_optimizations(chosen)
+  # dy.T @ x: 256x784 over a batch of 128. With AVX-512, 784 = 49 vectors, so a tile of several vectors takes 7 of
+  # them, whose 57 KB column panel doesn't stay in L1: 7 cache lines from L2 per 14 multiply-adds. 16 rows x 1 vector
+  # reads one line of x and one (cached) line of dy per 16.
+  from minigrad.codegen.heuristics import _streamed_lines, max_accumulators, MAX_STREAMED_LINES
+  from minigrad.codegen.kernel import Kernel, Opt
+  a, b = arr(128, 256), arr(128, 784)
+  item = (Tensor(a, device="CPU").T @ Tensor(b, device="CPU")).schedule()[-1]
+  chosen = decide(item.ast, AVX512)
   assert chosen.full_shape[-2:] == (16, 16) and _streamed_lines(chosen) <= MAX_STREAMED_LINES
-  wide = new_kernel(item.ast, "CPU")
+  wide = Kernel(item.ast, target=AVX512)
   for opt in (Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 7), Opt("UPCAST", 0, 2)): wide.apply_opt(opt)
   assert _streamed_lines(wide) == 0.5
+  # AVX2: 16 rows don't fit in 12 accumulators; 6 rows (256 padded to 258) x 2 vectors of 8, one line of x per 12
+  chosen = decide(item.ast, AVX2)
+  assert chosen.full_shape[-3:] == (8, 6, 2) and tile_of(chosen) == (8, 12) <= (8, max_accumulators(AVX2)), chosen.applied_opts
+  assert _streamed_lines(chosen) <= MAX_STREAMED_LINES
+  np.testing.assert_allclose((Tensor(a).T @ Tensor(b)).numpy(), a.T @ b, rtol=1e-4, atol=2e-3)
 
 
+@pytest.mark.parametrize("target", X86_TARGETS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_weight_gradient_through_relu_stores_transposed_blocks(dtype):
-  # nn.Linear's weight gradient with the relu backward fused in: the mask is computed in vectors along dy's rows,
-  # so the lanes run down the output's columns and each 16x16 (float64: 8x8) block is transposed by shuffles
+def test_weight_gradient_through_relu_stores_whole_vectors(dtype, target):
+  # nn.Linear's weight gradient with the relu backward: the mask, which the product would redo for each of x's 784
+  # columns, is its own elementwise kernel (see test_schedule.py); the product then takes a register tile with lanes
+  # along the output's rows (AVX-512: 16 rows x 1 vector of 16; float64 8 rows x 2 vectors of 8. AVX2: 6 rows x 2
+  # vectors, 12 accumulators) and stores its accumulators as whole vectors, never lane by lane
+  from minigrad.codegen.heuristics import max_accumulators
   dh, z, b, x = (rng.standard_normal(shape).astype(dtype) for shape in ((128, 256), (128, 256), (256,), (128, 784)))
   result = (Tensor(dh, device="CPU") * ((Tensor(z, device="CPU") + Tensor(b, device="CPU")) > 0)).T @ Tensor(x, device="CPU")
-  source = sources(result)[-1]
-  assert "__builtin_shufflevector" in source and "] = acc" not in source   # no scalar stores of accumulator lanes
+  mask, product = result.schedule()
+  kernel = decide(product.ast, target)
+  source = body(render(kernel))
+  lanes, accumulators = tile_of(kernel)
+  assert lanes * dtype().itemsize == target.vector_bytes and 8 <= accumulators <= max_accumulators(target), kernel.applied_opts
+  assert "] = acc" not in source   # no scalar stores of accumulator lanes
   np.testing.assert_allclose(result.numpy(), (dh * (z + b > 0)).T @ x, rtol=1e-4, atol=2e-3)
 
 
@@ -189,8 +241,9 @@ def test_sum_of_products_is_added_product_by_product():
     assert product_terms(UOp(Ops.REDUCE, dtypes.float32, (value, loop), op)) == [value]
 
 
-def test_conv_accumulates_through_fused_multiply_adds():
+@pytest.mark.parametrize("target", ALL_TARGETS)
+def test_conv_accumulates_through_fused_multiply_adds(target):
   x, w = Tensor(arr(2, 8, 16, 16), device="CPU"), Tensor(arr(8, 8, 3, 3), device="CPU")
-  (src,) = sources(x.conv2d(w, padding=1))
+  (src,) = target_sources(x.conv2d(w, padding=1), target)
   update = next(line.strip() for line in src.splitlines() if line.strip().startswith("acc0 = "))
   assert update.count("acc0") == 2 and "(acc0+(val" in update   # acc0 = (((acc0 + v*w) + v*w) ...

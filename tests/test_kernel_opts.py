@@ -1,6 +1,11 @@
 """Kernel optimization actions (UPCAST/UNROLL/LOCAL/GROUP/PADTO/SWAP), SIMD lanes and the default heuristics: every
 choice must give the same numbers as the plain loops, and bad actions must be refused with a clear error. GPU-shaped
-choices (workgroups, grouped reductions in local memory) run on the GPU-shaped devices that open here."""
+choices (workgroups, grouped reductions in local memory) run on the GPU-shaped devices that open here.
+
+The heuristics' decisions are checked for hand-built Targets (tests/cpu_targets.py: AVX-512, where the figures in the
+comments were measured, and AVX2), rendered but not run; the numbers are checked on the host's own Target, and the
+actions decided for another Target are applied on the host's Target to check that they compute the same numbers."""
+from __future__ import annotations
 import itertools
 import re
 import numpy as np
@@ -10,6 +15,8 @@ from minigrad.codegen.kernel import Kernel, Opt, KernelOptError
 from minigrad.uop.ops import Ops
 from minigrad.engine.realize import get_kernel, buffer_of
 from minigrad.runtime.device import available_devices
+from minigrad.helpers import prod
+from cpu_targets import AVX2, AVX512, AVX512_HALVED, SSE2, body, decide, float_lanes, pin_policy_target, render, tile_of
 
 rng = np.random.default_rng(3)
 
@@ -138,15 +145,25 @@ def test_loads_on_padded_output_rows_read_in_bounds_instead_of_branching():
   np.testing.assert_allclose(out.reshape(64, 48), padded.numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_matmul_heuristics_give_a_simd_register_tile():
+@pytest.mark.parametrize("target, opts", [
+  # AVX-512: 16 lanes, 4 vectors of columns x 4 rows: 16 accumulators, 8 loads per 16 multiply-adds; the 8 column
+  # tiles outermost (shared by the threads), the row tiles sweep each
+  (AVX512, [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 4), Opt("UPCAST", 0, 4), Opt("SWAP", 0, 1)]),
+  # AVX2 (16 registers, 12 accumulators at most): 8 lanes, 2 vectors x 4 rows, 6 loads per 8 multiply-adds (6 rows
+  # would pad 64 rows by 3%); the 32 column tiles outermost
+  (AVX2, [Opt("UPCAST", 1, 8), Opt("UPCAST", 1, 2), Opt("UPCAST", 0, 4), Opt("SWAP", 0, 1)]),
+], ids=["avx512", "avx2"])
+def test_matmul_heuristics_give_a_simd_register_tile(target, opts):
   a, b = arr(64, 32), arr(32, 512)
   t = Tensor(a) @ Tensor(b)
   (item,) = t.schedule()
-  program = get_kernel(item.ast, "CPU")
-  # 16 lanes, 4 vectors of columns x 4 rows: 16 accumulators, 8 loads per 16 multiply-adds; the 8 column tiles
-  # outermost (shared by the threads), the row tiles sweep each
-  assert program.kernel.applied_opts == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 4), Opt("UPCAST", 0, 4), Opt("SWAP", 0, 1)]
-  assert "float_v16 acc15 " in program.source and "acc16" not in program.source
+  kernel = decide(item.ast, target)
+  assert kernel.applied_opts == opts
+  lanes, accumulators = tile_of(kernel)
+  source = render(kernel)
+  assert f"float_v{lanes} acc{accumulators - 1} " in source and f"acc{accumulators}" not in source
+  out, _ = run_with(t, kernel.applied_opts)   # the decided actions on the host's Target
+  np.testing.assert_allclose(out.reshape(64, 512), a @ b, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
 
@@ -154,59 +171,93 @@ def test_matmul_tile_fits_odd_shapes():
   a, b = arr(36, 32), arr(32, 48)   # 36 rows: a 6-row tile; 48 columns: three vectors
   t = Tensor(a) @ Tensor(b)
   (item,) = t.schedule()
-  program = get_kernel(item.ast, "CPU")
-  assert program.kernel.applied_opts[:3] == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 6), Opt("UPCAST", 1, 3)]
+  kernel = decide(item.ast, AVX512)
+  assert kernel.applied_opts[:3] == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 6), Opt("UPCAST", 1, 3)]
   # 18 accumulators: the statements go row by row, each row's broadcast used by its three vectors in turn
-  updates = [line.split("*")[0].strip() for line in program.source.splitlines() if " = acc" in line][:3]
+  updates = [line.split("*")[0].strip() for line in render(kernel).splitlines() if " = acc" in line][:3]
   assert updates == [f"acc{i} = acc{i}+((val0-(float_v16){{0}})" for i in range(3)], updates
+  out, _ = run_with(t, kernel.applied_opts)
+  np.testing.assert_allclose(out.reshape(36, 48), a @ b, rtol=1e-4, atol=1e-4)
+  # AVX2: 8 lanes and 12 accumulators at most: 48 columns are six vectors, three of them x 4 rows; past 8
+  # accumulators (half of its 16 registers) the statements go row by row too
+  kernel = decide(item.ast, AVX2)
+  assert kernel.applied_opts[:3] == [Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 4), Opt("UPCAST", 1, 3)]
+  updates = [line.split("*")[0].strip() for line in render(kernel).splitlines() if " = acc" in line][:3]
+  assert updates == [f"acc{i} = acc{i}+((val0-(float_v8){{0}})" for i in range(3)], updates
+  out, _ = run_with(t, kernel.applied_opts)
+  np.testing.assert_allclose(out.reshape(36, 48), a @ b, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
   # 20 rows: a 6-row tile would pad them by 20%, so 4 rows it is
   (item,) = (Tensor(arr(20, 32)) @ Tensor(b)).schedule()
-  assert get_kernel(item.ast, "CPU").kernel.applied_opts[:3] == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 3), Opt("UPCAST", 0, 4)]
+  assert decide(item.ast, AVX512).applied_opts[:3] == [Opt("UPCAST", 1, 16), Opt("UPCAST", 1, 3), Opt("UPCAST", 0, 4)]
+  assert decide(item.ast, AVX2).applied_opts[:3] == [Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 4), Opt("UPCAST", 1, 3)]
 
 
+PANEL_NOT_TILE = ("minigrad.schedule.packing.panel_widths gives 16-register Targets panels of 4 vectors (AVX2: 32 columns) "
+                  "while their register tiles are 2 vectors wide (6 x 2 x 8 lanes): each tile reads half of every panel row")
+
+
+@pytest.mark.parametrize("target", [AVX512, pytest.param(AVX2, marks=pytest.mark.xfail(strict=True, reason=PANEL_NOT_TILE))],
+                         ids=["avx512", "avx2"])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_big_matmul_reads_a_packed_copy_of_its_columns(transposed):
-  from minigrad.schedule.packing import PANEL_WIDTHS
-  width = next(w for w in PANEL_WIDTHS if 1024 % w == 0)
+def test_big_matmul_reads_a_packed_copy_of_its_columns(transposed, target, monkeypatch):
+  from minigrad.schedule.packing import panel_widths
+  width = next(w for w in panel_widths(target) if 1024 % w == 0)
   # b: 1 MB, reused by 64 rows; a transposed b (see MIN_ROWS_TRANSPOSED) by 256
   a, b = arr(256 if transposed else 64, 256), arr(256, 1024)
   as_tensor = (lambda x: Tensor(np.ascontiguousarray(x.T)).T) if transposed else Tensor
-  t = Tensor(a) @ as_tensor(b)
-  pack, product = t.schedule()
+  with monkeypatch.context() as patched:
+    pin_policy_target(patched, target)
+    pack, product = (Tensor(a) @ as_tensor(b)).schedule()
+    small = Tensor(a[:64]) @ as_tensor(b[:, :256])   # 256 KB stays in the cache as it is
+    assert len(small.schedule()) == 1
   assert pack.bufs[0].arg[1] == b.size and pack.bufs[0] in product.bufs
-  program = get_kernel(product.ast, "CPU")
-  # one contiguous panel of `width` columns per k: vector loads 16 floats apart, the next k `width` further
-  assert f"(ridx0*{width})]" in program.source and f"(ridx0*{width}))+16]" in program.source, program.source
-  np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
-  small = Tensor(a[:64]) @ as_tensor(b[:, :256])   # 256 KB stays in the cache as it is
-  assert len(small.schedule()) == 1
+  np.testing.assert_allclose((Tensor(a) @ as_tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)   # the host's Target
+  kernel = decide(product.ast, target)
+  lanes, _ = tile_of(kernel)
+  # each tile reads one whole panel of `width` columns per k: its vectors `lanes` floats apart, the next k `width`
+  # further (AVX-512: 4 vectors of 16, 64 columns)
+  assert width == lanes * prod(o.amount for o in kernel.applied_opts[1:] if o.op == "UPCAST" and o.axis == 1), (width, kernel.applied_opts)
+  source = render(kernel)
+  assert f"(ridx0*{width})]" in source and f"(ridx0*{width}))+{lanes}]" in source, source
 
 
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
 @pytest.mark.parametrize("padding", [0, 1, 2])
-def test_conv_is_simd_with_masked_loads_for_the_padding(padding):
+def test_conv_is_simd_with_masked_loads_for_the_padding(padding, target, monkeypatch):
+  # 16 (AVX2: 8) lanes along the output rows; the padding's zeros are masked lanes of the vector loads
   import torch
   x, w = arr(2, 8, 18 - 2 * padding, 18 - 2 * padding), arr(16, 8, 3, 3)   # 16x16 outputs
-  t = Tensor(x).conv2d(Tensor(w), padding=padding)
-  (item,) = t.schedule()
-  program = get_kernel(item.ast, "CPU")
-  assert Opt("UPCAST", 3, 16) in program.kernel.applied_opts and "float_v16 acc" in program.source
-  assert ("load_float_v16_masked(" in program.source) == (padding > 0), program.source
+  with monkeypatch.context() as patched:
+    pin_policy_target(patched, target)
+    (item,) = Tensor(x).conv2d(Tensor(w), padding=padding).schedule()
+  kernel = decide(item.ast, target)
+  lanes = float_lanes(target)
+  source = render(kernel)
+  assert Opt("UPCAST", 3, lanes) in kernel.applied_opts and f"float_v{lanes} acc" in source
+  assert (f"load_float_v{lanes}_masked(" in source) == (padding > 0), source
   expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=padding).numpy()
-  np.testing.assert_allclose(t.numpy(), expected, rtol=1e-4, atol=1e-4)
+  out, _ = run_with(Tensor(x).conv2d(Tensor(w), padding=padding), kernel.applied_opts)
+  np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=padding).numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("halves, opts", [(False, [Opt("UNROLL", 0, 16)]), (True, [Opt("UNROLL", 0, 8), Opt("UNROLL", 0, 4)])])
-def test_row_sum_takes_lanes_from_the_reduce_dim(monkeypatch, halves, opts):
-  # 16 lanes, or 8 (and 4 vectors per trip) on a CPU that runs 64-byte vectors as two halves
-  from minigrad.codegen import heuristics
-  monkeypatch.setattr(heuristics, "cpu_halves_wide_vectors", lambda: halves)
+@pytest.mark.parametrize("target, opts", [
+  (AVX512, [Opt("UNROLL", 0, 16)]),
+  # a CPU that runs 64-byte vectors as two halves streams rows in 32-byte vectors, 4 per trip
+  (AVX512_HALVED, [Opt("UNROLL", 0, 8), Opt("UNROLL", 0, 4)]),
+  (AVX2, [Opt("UNROLL", 0, 8), Opt("UNROLL", 0, 4)]),
+  (SSE2, [Opt("UNROLL", 0, 4), Opt("UNROLL", 0, 4)]),
+], ids=["avx512", "avx512_halved", "avx2", "sse2"])
+def test_row_sum_takes_lanes_from_the_reduce_dim(target, opts):
   x = arr(8, 64)
   t = Tensor(x).sum(1)
   (item,) = t.schedule()
-  kernel = Kernel(item.ast)
-  heuristics.hand_coded_optimizations(kernel)
+  kernel = decide(item.ast, target)
   assert kernel.applied_opts == opts
+  assert f"float_v{opts[0].amount} acc" in render(kernel)
+  out, _ = run_with(t, kernel.applied_opts)
+  np.testing.assert_allclose(out, x.sum(1), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(t.numpy(), x.sum(1), rtol=1e-5, atol=1e-5)
 
 
@@ -224,15 +275,17 @@ def test_row_sum_keeps_an_accumulator_per_vector_of_a_trip(lanes):
   np.testing.assert_allclose(buffers[0].numpy().view(np.float32), ((x.astype(np.float64) + 1) * 2).sum(keepdims=True), rtol=1e-6)
 
 
-def test_dot_products_keep_wide_lanes_on_every_cpu(monkeypatch):
-  # x @ w.T reads both operands along the reduce dim: its register tile shares each loaded vector, not a stream
-  from minigrad.codegen import heuristics
-  monkeypatch.setattr(heuristics, "cpu_halves_wide_vectors", lambda: True)
+@pytest.mark.parametrize("target", [AVX512, AVX512_HALVED], ids=["avx512", "avx512_halved"])
+def test_dot_products_keep_wide_lanes_on_every_cpu(target):
+  # x @ w.T reads both operands along the reduce dim: its register tile shares each loaded vector, not a stream, so
+  # it keeps 64-byte vectors on a CPU that streams rows in 32-byte ones
   a, w = arr(32, 256), arr(64, 256)
-  (item,) = (Tensor(a) @ Tensor(w).T).schedule()
-  kernel = Kernel(item.ast)
-  heuristics.hand_coded_optimizations(kernel)
-  assert kernel.applied_opts[0] == Opt("UNROLL", 0, 16) and any(o.op == "UPCAST" for o in kernel.applied_opts)
+  t = Tensor(a) @ Tensor(w).T
+  (item,) = t.schedule()
+  kernel = decide(item.ast, target)
+  assert kernel.applied_opts == [Opt("UNROLL", 0, 16), Opt("UPCAST", 0, 4), Opt("UPCAST", 1, 4)], kernel.applied_opts
+  out, _ = run_with(t, kernel.applied_opts)
+  np.testing.assert_allclose(out.reshape(32, 64), a @ w.T, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("opt, message", [
@@ -262,11 +315,13 @@ def test_threads_split_the_outer_loop(monkeypatch):
   for out in results: np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
 
 
-def test_short_outer_loop_trades_places_for_the_threads(monkeypatch):
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+def test_short_outer_loop_trades_places_for_the_threads(monkeypatch, target):
   # the threads split the outermost loop: 3 trips (a 3x3 weight gradient's taps) or 1 (a batch of one) don't
   # share out over two threads, so the biggest global dim runs outermost instead; with one thread nothing moves
   from minigrad.codegen import heuristics
   import torch
+  pin_policy_target(monkeypatch, target)   # the rows widened to whole vectors of the Target's lanes
   x, w = arr(1, 16, 14, 14), arr(32, 16, 3, 3)
   tx, tw = Tensor(x, requires_grad=True, device="CPU"), Tensor(w, requires_grad=True, device="CPU")
   out = tx.conv2d(tw, padding=1)
@@ -275,8 +330,7 @@ def test_short_outer_loop_trades_places_for_the_threads(monkeypatch):
   opts = {}
   for threads in (1, 2):
     monkeypatch.setattr(heuristics, "cpu_threads", lambda threads=threads: threads)
-    kernels = [Kernel(item.ast) for item in items]
-    for kernel in kernels: heuristics.hand_coded_optimizations(kernel)
+    kernels = [decide(item.ast, target) for item in items]
     opts[threads] = [k.applied_opts for k in kernels]
     outer = [k.full_shape[k.axes_of("global")[0]] for k in kernels if k.axes_of("global")]
     if threads == 2: assert outer and all(trips >= 8 or trips % 2 == 0 for trips in outer), outer
@@ -302,33 +356,58 @@ def test_fused_softmax_with_every_reduce_loop_unrolled_and_two_rows():
   np.testing.assert_allclose(out.reshape(64, 256), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
 
 
-def test_fused_softmax_is_one_simd_kernel_with_the_row_reduces_hoisted(tmp_path):
+@pytest.mark.parametrize("target", [AVX512, AVX2, SSE2], ids=["avx512", "avx2", "sse2"])
+def test_fused_softmax_is_one_simd_kernel_with_the_row_reduces_hoisted(target):
+  x = arr(64, 256)
+  (item,) = Tensor(x).softmax(-1).schedule()
+  kernel = decide(item.ast, target)
+  lanes = float_lanes(target)
+  # lanes of one width on the output and both reduces, 4 vectors per trip of each reduce, two rows per outer trip
+  assert kernel.applied_opts == [Opt("UNROLL", 1, lanes), Opt("UNROLL", 1, 4), Opt("UNROLL", 0, lanes), Opt("UNROLL", 0, 4),
+                                 Opt("UPCAST", 1, lanes), Opt("UPCAST", 0, 2)], kernel.applied_opts
+  source = body(render(kernel))
+  # per row: the max loop and the sum loop (vector accumulators), then the loop over the row's outputs
+  rows, max_loop, sum_loop, outputs = (source.index(s) for s in ("for (long gidx0", "for (long ridx0", "for (long ridx1", "for (long gidx1"))
+  assert rows < max_loop < sum_loop < outputs, source
+  # the row max's accumulators are combined across their lanes before the sum loop
+  assert f"float_v{lanes} acc0" in source and f"float_v{lanes} acc1" in source
+  assert "__builtin_shufflevector(acc0, acc1" in source.split("for (long ridx1")[0]
+  out, _ = run_with(Tensor(x).softmax(-1), kernel.applied_opts)
+  e = np.exp(x - x.max(-1, keepdims=True))
+  np.testing.assert_allclose(out.reshape(64, 256), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_fused_softmax_scales_exp_with_the_targets_helper(tmp_path):
+  # exp's scaling by 2**n is a helper on the host Target's lanes: vscalefps where the compiler targets AVX-512, the
+  # exponent-bits fallback otherwise (none without wide vectors)
   from test_codegen import assert_helpers_built_for_the_target
   x = arr(64, 256)
   t = Tensor(x).softmax(-1)
   (item,) = t.schedule()
   program = get_kernel(item.ast, "CPU")
-  source = program.source[program.source.index("void "):]
-  # per row: the max loop and the sum loop (vector accumulators), then the loop over the row's outputs
-  rows, max_loop, sum_loop, outputs = (source.index(s) for s in ("for (long gidx0", "for (long ridx0", "for (long ridx1", "for (long gidx1"))
-  assert rows < max_loop < sum_loop < outputs, source
-  # the row max's accumulators are combined across their lanes before the sum loop
-  assert "float_v16 acc0" in source and "float_v16 acc1" in source
-  # exp's scaling by 2**n is vscalefps where the compiler targets AVX-512, the exponent-bits fallback otherwise
-  assert_helpers_built_for_the_target(program.source, Device["CPU"].compiler, ["scalef_v16"], tmp_path)
-  assert "__builtin_shufflevector(acc0, acc1" in source.split("for (long ridx1")[0]
+  assert_helpers_built_for_the_target(program.source, Device["CPU"].compiler, ["scalef"], tmp_path)
   e = np.exp(x - x.max(-1, keepdims=True))
   np.testing.assert_allclose(t.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
-def test_dot_product_kernels_get_a_register_tile():
-  x, w = arr(64, 96), arr(32, 96)   # x @ w.T: both operands contiguous along the reduce dim (nn.Linear's forward)
+@pytest.mark.parametrize("target, x_rows, w_rows, opts", [
+  # AVX-512: lanes along the reduce dim, a 4x4 tile of outputs shares each loaded vector: 16 vector accumulators
+  (AVX512, 64, 32, [Opt("UNROLL", 0, 16), Opt("UPCAST", 0, 4), Opt("UPCAST", 1, 4)]),
+  # AVX2: 8 lanes, 2 rows of x x 6 of w: 12 accumulators, 8 loads per 12 multiply-adds (tests/test_cpu_policy.py
+  # has the shapes with no tile of 12 that loads fewer than 0.75 per multiply-add)
+  (AVX2, 48, 96, [Opt("UNROLL", 0, 8), Opt("UPCAST", 0, 2), Opt("UPCAST", 1, 6), Opt("SWAP", 0, 1)]),
+], ids=["avx512", "avx2"])
+def test_dot_product_kernels_get_a_register_tile(target, x_rows, w_rows, opts):
+  x, w = arr(x_rows, 96), arr(w_rows, 96)   # x @ w.T: both operands contiguous along the reduce dim (nn.Linear's forward)
   t = Tensor(x) @ Tensor(w).T
   (item,) = t.schedule()
-  program = get_kernel(item.ast, "CPU")
-  # lanes along the reduce dim, a 4x4 tile of outputs shares each loaded vector: 16 vector accumulators
-  assert program.kernel.applied_opts == [Opt("UNROLL", 0, 16), Opt("UPCAST", 0, 4), Opt("UPCAST", 1, 4)]
-  assert "float_v16 acc15 " in program.source and "acc16" not in program.source
+  kernel = decide(item.ast, target)
+  assert kernel.applied_opts == opts, kernel.applied_opts
+  lanes, accumulators = tile_of(kernel)
+  source = render(kernel)
+  assert f"float_v{lanes} acc{accumulators - 1} " in source and f"acc{accumulators}" not in source
+  out, _ = run_with(t, kernel.applied_opts)
+  np.testing.assert_allclose(out.reshape(x_rows, w_rows), x @ w.T, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(t.numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
 
 
@@ -348,54 +427,84 @@ def test_lanes_of_several_accumulators_are_combined_together(rows, cols, reduce)
   np.testing.assert_allclose(out.reshape(8, 12), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_reduces_of_different_ops_in_one_loop_combine_their_lanes_apart():
+@pytest.mark.parametrize("target", [AVX512, AVX2, SSE2], ids=["avx512", "avx2", "sse2"])
+def test_reduces_of_different_ops_in_one_loop_combine_their_lanes_apart(target):
   x = arr(64, 256)
   x[3, 7] = np.nan
   t = Tensor(x).max(1) + Tensor(x).sum(1) * Tensor(x).min(1)   # one loop with max, sum and min accumulators
   (item,) = t.schedule()
-  assert "__builtin_shufflevector" in get_kernel(item.ast, "CPU").source
-  np.testing.assert_allclose(t.numpy(), x.max(1) + x.sum(1) * x.min(1), rtol=1e-4, atol=1e-3)
+  kernel = decide(item.ast, target)
+  lanes = float_lanes(target)
+  assert kernel.applied_opts[:2] == [Opt("UNROLL", 2, lanes), Opt("UNROLL", 2, 4)], kernel.applied_opts
+  assert "__builtin_shufflevector" in render(kernel)
+  expected = x.max(1) + x.sum(1) * x.min(1)
+  out, _ = run_with(t, kernel.applied_opts)
+  np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(t.numpy(), expected, rtol=1e-4, atol=1e-3)
 
 
-def test_widest_lanes_win_over_more_contiguous_buffers():
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+def test_widest_lanes_win_over_more_contiguous_buffers(target):
   g, h, x, b = arr(32, 16), arr(32, 16), arr(32, 48), arr(16)
   t = ((Tensor(g) * (Tensor(h) + Tensor(b) > 0)).T @ Tensor(x))   # a fused relu backward feeding a weight gradient
   (item,) = t.schedule()
-  program = get_kernel(item.ast, "CPU")
-  assert "float_v16 acc" in program.source and "float_v2" not in program.source
-  np.testing.assert_allclose(t.numpy(), (g * (h + b > 0)).T @ x, rtol=1e-4, atol=1e-4)
+  kernel = decide(item.ast, target)
+  lanes = float_lanes(target)
+  source = render(kernel)
+  assert kernel.applied_opts[0] == Opt("UPCAST", 1, lanes) and f"float_v{lanes} acc" in source and "float_v2" not in source
+  expected = (g * (h + b > 0)).T @ x
+  out, _ = run_with(t, kernel.applied_opts)
+  np.testing.assert_allclose(out.reshape(16, 48), expected, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(t.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_transposing_copy_takes_lanes_along_the_contiguous_input():
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+def test_transposing_copy_takes_lanes_along_the_contiguous_input(target):
   # output contiguous along x's rows: lanes along the output would gather their loads. Lanes along x's rows, and as
-  # many of the output's rows per trip: a 16x16 block per trip, transposed by shuffles and stored as vectors
+  # many of the output's rows per trip: a 16x16 (AVX2: 8x8) block per trip, transposed by shuffles and stored as vectors
+  lanes = float_lanes(target)
   x = arr(48, 64)
   t = (Tensor(x).T * 1.0).contiguous()
   (item,) = t.schedule()
-  source = get_kernel(item.ast, "CPU").source
-  assert source.count("float_v16 val") == 16 and "__builtin_shufflevector" in source and "[15]" not in source
+  kernel = decide(item.ast, target)
+  source = body(render(kernel))
+  assert kernel.applied_opts == [Opt("UPCAST", 1, lanes), Opt("UPCAST", 0, lanes)], kernel.applied_opts
+  assert source.count(f"float_v{lanes} val") == lanes and "__builtin_shufflevector" in source and f"[{lanes - 1}]" not in source
+  out, _ = run_with(t, kernel.applied_opts)
+  np.testing.assert_array_equal(out.reshape(64, 48), x.T)
   np.testing.assert_array_equal(t.numpy(), x.T)
   # 20 output rows don't make whole blocks: vector loads, stores lane by lane
   y = arr(20, 64)
   t = (Tensor(y).T * 1.0).contiguous()
-  source = get_kernel(t.schedule()[0].ast, "CPU").source
-  assert "float_v16 val" in source and "[15]" in source and "__builtin_shufflevector" not in source
+  kernel = decide(t.schedule()[0].ast, target)
+  source = body(render(kernel))
+  assert kernel.applied_opts == [Opt("UPCAST", 0, lanes)], kernel.applied_opts
+  assert f"float_v{lanes} val" in source and f"[{lanes - 1}]" in source and "__builtin_shufflevector" not in source
+  out, _ = run_with(t, kernel.applied_opts)
+  np.testing.assert_array_equal(out.reshape(64, 20), y.T)
   np.testing.assert_array_equal(t.numpy(), y.T)
 
 
-def test_cat_with_a_transposed_part_gets_lanes():
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+def test_cat_with_a_transposed_part_gets_lanes(target):
   # the gradient of q, k, v split from one projection: a cat whose v part reads its input transposed. The lanes run
   # along the output; q's and k's parts load whole vectors, v's part lane by lane
+  lanes = float_lanes(target)
   q, k, v = arr(64, 32), arr(64, 32), arr(32, 64)
   t = Tensor(q).cat(Tensor(k), Tensor(v).T, dim=1)
   (item,) = t.schedule()
-  source = get_kernel(item.ast, "CPU").source
-  assert source.count("float_v16 val") == 2 and "float val" in source
+  kernel = decide(item.ast, target)
+  source = body(render(kernel))
+  assert kernel.applied_opts == [Opt("UPCAST", 1, lanes)] and source.count(f"float_v{lanes} val") == 2 and "float val" in source
+  out, _ = run_with(t, kernel.applied_opts)
+  np.testing.assert_array_equal(out.reshape(64, 96), np.concatenate([q, k, v.T], 1))
   np.testing.assert_array_equal(t.numpy(), np.concatenate([q, k, v.T], 1))
-  # every part transposed: a transposing copy, in 16x16 blocks
+  # every part transposed: a transposing copy, in blocks of lanes x lanes
   t = Tensor(q).T.cat(Tensor(k).T, dim=1)
   (item,) = t.schedule()
-  assert "__builtin_shufflevector" in get_kernel(item.ast, "CPU").source
+  kernel = decide(item.ast, target)
+  assert kernel.applied_opts == [Opt("UPCAST", 1, lanes), Opt("UPCAST", 0, lanes)], kernel.applied_opts
+  assert "__builtin_shufflevector" in render(kernel)
   np.testing.assert_array_equal(t.numpy(), np.concatenate([q.T, k.T], 1))
 
 
@@ -416,9 +525,14 @@ def test_embedding_gradient_adds_each_token_under_one_branch(device):
   emb.weight = Tensor(arr(vocab, width), device=device, requires_grad=True)
   (emb(Tensor(ids, device=device)) * Tensor(g, device=device)).sum().backward()
   item = emb.weight.grad.schedule()[-1]
-  source = get_kernel(item.ast, device).source
-  if device == "CPU": assert source.count("if (") == 1 and len(re.findall(r"acc\d+ = acc\d+\+", source)) == 6   # 6 vectors of 16
-  else: assert source.count("br i1") == 3 and source.count(".then:") == 1   # the loops over rows and tokens, and the branch
+  for target in (AVX512, AVX2):
+    lanes = float_lanes(target)
+    kernel = decide(item.ast, target)
+    assert kernel.applied_opts == [Opt("UPCAST", 1, lanes), Opt("UPCAST", 1, width // lanes)], kernel.applied_opts
+    source = render(kernel, device)
+    if device == "CPU":   # 6 vectors of 16 (AVX2: 12 of 8) under the one branch
+      assert source.count("if (") == 1 and len(re.findall(r"acc\d+ = acc\d+\+", source)) == width // lanes, source
+    else: assert source.count("br i1") == 3 and source.count(".then:") == 1   # the loops over rows and tokens, and the branch
   expected = np.zeros((vocab, width), np.float32)
   np.add.at(expected, ids, g)
   np.testing.assert_allclose(emb.weight.grad.numpy(), expected, rtol=1e-5, atol=1e-5)
@@ -450,53 +564,76 @@ def test_float_equality_in_a_reduce_is_not_a_branch():
   np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
 
 
-def test_big_matmul_sweeps_the_rows_under_each_panel():
+@pytest.mark.parametrize("target, opts", [
+  # AVX-512: 6 rows (512 padded to 516) x 4 vectors: one 64-column panel per tile; the 16 panels outermost, all row
+  # tiles under each
+  (AVX512, [Opt("UPCAST", 1, 16), Opt("PADTO", 0, 6), Opt("UPCAST", 0, 6), Opt("UPCAST", 1, 4), Opt("SWAP", 0, 1)]),
+  # AVX2: 6 rows x 2 vectors of 8 (12 accumulators, their statements row by row); the 64 column tiles outermost
+  (AVX2, [Opt("UPCAST", 1, 8), Opt("PADTO", 0, 6), Opt("UPCAST", 0, 6), Opt("UPCAST", 1, 2), Opt("SWAP", 0, 1)]),
+], ids=["avx512", "avx2"])
+def test_big_matmul_sweeps_the_rows_under_each_panel(target, opts, monkeypatch):
   a, b = arr(512, 512), arr(512, 1024)
-  t = Tensor(a) @ Tensor(b)
-  pack, product = t.schedule()
-  opts = get_kernel(product.ast, "CPU").kernel.applied_opts
-  # 6 rows (512 padded to 516) x 4 vectors: one 64-column panel per tile; the 16 panels outermost, all row tiles
-  # under each
-  assert opts == [Opt("UPCAST", 1, 16), Opt("PADTO", 0, 6), Opt("UPCAST", 0, 6), Opt("UPCAST", 1, 4), Opt("SWAP", 0, 1)], opts
-  np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
-  narrow = Tensor(arr(512, 1024)) @ Tensor(arr(1024, 256))   # 4 panels: too few to share out, rows stay outermost
-  assert Opt("SWAP", 0, 1) not in get_kernel(narrow.schedule()[-1].ast, "CPU").kernel.applied_opts
+  tile_columns = 4 * 16 if target is AVX512 else 2 * 8
+  with monkeypatch.context() as patched:
+    pin_policy_target(patched, target)
+    pack, product = (Tensor(a) @ Tensor(b)).schedule()
+    # 4 column tiles: too few to share out, rows stay outermost
+    narrow = Tensor(arr(512, 1024)) @ Tensor(arr(1024, 4 * tile_columns))
+    narrow_product = narrow.schedule()[-1]
+  kernel = decide(product.ast, target)
+  assert kernel.applied_opts == opts, kernel.applied_opts
+  assert Opt("SWAP", 0, 1) not in decide(narrow_product.ast, target).applied_opts
+  np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
 
-def test_conv_gradients_run_as_vectorized_contractions():
+def test_conv_gradients_run_as_vectorized_contractions(monkeypatch):
+  from minigrad.codegen import heuristics
   # the MNIST CNN's second conv: d x is a transposed convolution (a forward conv kernel, 16 lanes), d w a sum along
   # rows widened from 14 to 16 (lanes) with a register tile of output x input channels; neither writes a
   # (N, C, positions, taps) gradient of the windows first, as autograd through the window view did
   import torch
-  x, w = Tensor(arr(4, 16, 14, 14), requires_grad=True, device="CPU"), Tensor(arr(32, 16, 3, 3), requires_grad=True, device="CPU")
-  dy = arr(4, 32, 14, 14)
+  x_np, w_np, dy = arr(4, 16, 14, 14), arr(32, 16, 3, 3), arr(4, 32, 14, 14)
+  for target in (AVX512, AVX2):   # lanes of 16 (AVX2: 8), the rows widened to 16 for both
+    lanes = float_lanes(target)
+    with monkeypatch.context() as patched:
+      pin_policy_target(patched, target)
+      x, w = Tensor(x_np, requires_grad=True, device="CPU"), Tensor(w_np, requires_grad=True, device="CPU")
+      (x.conv2d(w, padding=1) * Tensor(dy, device="CPU")).sum().backward()
+      items = x.grad.schedule(w.grad)
+    kernels = [decide(item.ast, target) for item in items]
+    reduces = [k for k in kernels if k.reduce_axes]
+    assert len(reduces) == 2
+    assert all(k.applied_opts[0].amount == lanes for k in reduces), [k.applied_opts for k in reduces]
+    assert any(sum(o.op == "UPCAST" for o in k.applied_opts) == 2 for k in reduces)   # d w: the channel tile
+    assert all(tile_of(k)[1] <= heuristics.max_accumulators(target) for k in reduces)
+  x, w = Tensor(x_np, requires_grad=True, device="CPU"), Tensor(w_np, requires_grad=True, device="CPU")   # the host's Target
   (x.conv2d(w, padding=1) * Tensor(dy, device="CPU")).sum().backward()
-  kernels = [get_kernel(item.ast, "CPU").kernel for item in x.grad.schedule(w.grad)]
-  reduces = [k for k in kernels if k.reduce_axes]
-  assert len(reduces) == 2
-  assert all(any(o.amount == 16 for o in k.applied_opts) for k in reduces), [k.applied_opts for k in reduces]
-  assert any(sum(o.op == "UPCAST" for o in k.applied_opts) == 2 for k in reduces)   # d w: the channel tile
-  tx, tw = torch.from_numpy(x.numpy()).requires_grad_(), torch.from_numpy(w.numpy()).requires_grad_()
+  tx, tw = torch.from_numpy(x_np).requires_grad_(), torch.from_numpy(w_np).requires_grad_()
   (torch.nn.functional.conv2d(tx, tw, padding=1) * torch.from_numpy(dy)).sum().backward()
   np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
 
 
-def test_conv_on_narrow_rows_computes_whole_vectors():
+def test_conv_on_narrow_rows_computes_whole_vectors(monkeypatch):
   # rows of 14 outputs (the MNIST CNN's conv2) are computed 16 wide on an input copied with its padding, so the
   # loads need no masks and the kernel gets 16 lanes (it had 2-lane vectors: 5 ms against 0.5 ms); the two extra
   # outputs per row are dropped by a copy
+  # AVX2: rows of 14 and 5 are computed 16 and 8 wide, both as 8-lane vectors
   import torch
   for width, stride in ((14, 1), (5, 1), (14, 2)):
     x, w = arr(2, 16, 14, width), arr(32, 16, 3, 3)
-    t = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=1, stride=stride)
-    kernels = [get_kernel(item.ast, "CPU").kernel for item in t.schedule()]
-    (conv,) = [k for k in kernels if k.reduce_axes]
-    if stride == 1:
-      lanes = {14: 16, 5: 8}[width]
-      assert Opt("UPCAST", 3, lanes) in conv.applied_opts, conv.applied_opts
-      assert len(kernels) == 3   # the padded copy, the conv, the copy without the extra outputs
-    else: assert len(kernels) == 1   # strided rows aren't widened
+    for target in (AVX512, AVX2):
+      with monkeypatch.context() as patched:
+        pin_policy_target(patched, target)
+        items = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=1, stride=stride).schedule()
+      kernels = [decide(item.ast, target) for item in items]
+      (conv,) = [k for k in kernels if k.reduce_axes]
+      if stride == 1:
+        lanes = min(float_lanes(target), {14: 16, 5: 8}[width])
+        assert Opt("UPCAST", 3, lanes) in conv.applied_opts, conv.applied_opts
+        assert len(kernels) == 3   # the padded copy, the conv, the copy without the extra outputs
+      else: assert len(kernels) == 1   # strided rows aren't widened
+    t = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=1, stride=stride)   # the host's Target
     expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1, stride=stride).numpy()
     np.testing.assert_allclose(t.numpy(), expected, rtol=1e-4, atol=1e-4)
 
@@ -513,14 +650,22 @@ def test_pooling_windows_without_lanes_are_unrolled():
   np.testing.assert_allclose(t.numpy(), torch.nn.functional.max_pool2d(torch.from_numpy(x), 2, padding=1).numpy())
 
 
-def test_conv_tile_keeps_the_weights_in_cache():
-  x, w = arr(2, 16, 16, 16), arr(16, 16, 3, 3)
-  t = Tensor(x).conv2d(Tensor(w), padding=1)
-  (item,) = t.schedule()
-  opts = get_kernel(item.ast, "CPU").kernel.applied_opts
+@pytest.mark.parametrize("target, opts", [
   # 16 lanes along x, the window unrolled; the weights of a tile of channels stay in cache while the output rows
   # sweep them, so only input vectors count: 16 output channels x 1 row loads 3 rows x 3 shifts per 144 multiply-adds
-  assert opts == [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 16), Opt("UNROLL", 2, 3), Opt("UNROLL", 1, 3)], opts
+  (AVX512, [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 16), Opt("UNROLL", 2, 3), Opt("UNROLL", 1, 3)]),
+  # AVX2: 8 lanes, 8 output channels x 1 row (16 don't fit in 12 accumulators): 9 loads per 72 multiply-adds
+  (AVX2, [Opt("UPCAST", 3, 8), Opt("UPCAST", 1, 8), Opt("UNROLL", 2, 3), Opt("UNROLL", 1, 3)]),
+], ids=["avx512", "avx2"])
+def test_conv_tile_keeps_the_weights_in_cache(target, opts, monkeypatch):
+  x, w = arr(2, 16, 16, 16), arr(16, 16, 3, 3)
+  with monkeypatch.context() as patched:
+    pin_policy_target(patched, target)
+    (item,) = Tensor(x).conv2d(Tensor(w), padding=1).schedule()
+  kernel = decide(item.ast, target)
+  assert kernel.applied_opts == opts, kernel.applied_opts
   import torch
   expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
-  np.testing.assert_allclose(t.numpy(), expected, rtol=1e-4, atol=1e-4)
+  out, _ = run_with(Tensor(x).conv2d(Tensor(w), padding=1), kernel.applied_opts)
+  np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=1).numpy(), expected, rtol=1e-4, atol=1e-4)

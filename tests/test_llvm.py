@@ -165,13 +165,21 @@ def test_exp_without_avx512_scales_by_exponent_bits(monkeypatch, tmp_path):
   np.testing.assert_allclose(t.numpy(), np.exp(x), rtol=2e-6)
 
 
-def test_prefetches_as_the_c_backend():
+@pytest.mark.parametrize("target_name, vectors", [("avx512", 4), ("avx2", 2)])
+def test_prefetches_as_the_c_backend(target_name, vectors, monkeypatch):
   """The packed matmul panel and a softmax's next row are prefetched (codegen.cpu_patterns decides for both
-  backends); a plain row sum is left to the hardware."""
+  backends); a plain row sum is left to the hardware. The matmul's prefetches are checked for hand-built Targets
+  (tests/cpu_targets.py): one per vector of the tile in a trip, 4 of 16 floats with AVX-512, 2 of 8 with AVX2."""
+  from cpu_targets import TARGETS, decide, pin_policy_target, render
+  target = TARGETS[target_name]
   rng = np.random.default_rng(3)
   a, b = rng.standard_normal((128, 512)).astype(np.float32), rng.standard_normal((512, 512)).astype(np.float32)
-  product = Tensor(a) @ Tensor(b)
-  assert kernel_source(product).count("call void @llvm.prefetch.p0(") == 4   # one per vector of the 64-column panel
+  with monkeypatch.context() as patched:
+    pin_policy_target(patched, target)
+    pack, product_item = (Tensor(a) @ Tensor(b)).schedule()
+  source = render(decide(product_item.ast, target), "LLVM")
+  assert source.count("call void @llvm.prefetch.p0(") == vectors, source
+  product = Tensor(a) @ Tensor(b)   # the host's Target
   np.testing.assert_allclose(product.numpy(), a @ b, rtol=1e-4, atol=2e-3)
   x = rng.standard_normal((64, 1024)).astype(np.float32)
   softmax = Tensor(x).softmax(-1)

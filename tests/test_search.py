@@ -200,9 +200,13 @@ def test_search_never_uses_the_user_buffers(monkeypatch):
 
 # ---------------------------------------------------------------- candidate enumeration (codegen half)
 
-def test_children_are_valid_distinct_and_bounded():
-  kernel = Kernel(only_item(Tensor(arr(16, 32)) @ Tensor(arr(32, 64))).ast)
-  hand_coded_optimizations(kernel)
+@pytest.mark.parametrize("target_name", ["avx512", "avx2", "sse2"])
+def test_children_are_valid_distinct_and_bounded(target_name):
+  # from the hand-coded kernel for a hand-built Target (tests/cpu_targets.py): 16, 8 or 4 lanes and their tile
+  from cpu_targets import TARGETS, decide, float_lanes
+  target = TARGETS[target_name]
+  kernel = decide(only_item(Tensor(arr(16, 32)) @ Tensor(arr(32, 64))).ast, target)
+  assert kernel.applied_opts[0].amount == float_lanes(target)
   parent_signature, parent_opts = kernel_signature(kernel), list(kernel.applied_opts)
   assert {o.op for o in actions(kernel)} == set(OPT_KINDS)   # every kind of action is tried
   children = child_kernels(kernel)
@@ -211,7 +215,7 @@ def test_children_are_valid_distinct_and_bounded():
   assert len(set(signatures)) == len(signatures)
   for child in children:
     assert child.applied_opts[:-1] == kernel.applied_opts and unrolled_size(child) <= MAX_UNROLLED
-    replayed = Kernel(kernel.ast)
+    replayed = Kernel(kernel.ast, target=target)
     for opt in child.applied_opts: replayed.apply_opt(opt)
     assert kernel_signature(replayed) == kernel_signature(child)
   assert kernel_signature(kernel) == parent_signature and kernel.applied_opts == parent_opts   # the parent is unchanged

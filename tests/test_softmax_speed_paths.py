@@ -3,7 +3,8 @@ over the whole float range, the exp softmax uses for x - max (no upper clamp, a 
 softmax/log_softmax on rows whose values underflow to subnormals or zero, with inf/NaN entries, against torch.
 Also that a fused softmax multiplies by the reciprocal of the row sum rather than dividing every element.
 
-Runs on whatever device DEV selects (CPU, LLVM, CL, PYTHON).
+Runs on whatever device DEV selects (CPU, LLVM, CL, PYTHON). The C renderer's prefetches are checked for hand-built
+Targets (tests/cpu_targets.py), rendered but not run.
 """
 from __future__ import annotations
 import re
@@ -102,21 +103,26 @@ def test_softmax_multiplies_by_the_reciprocal_of_the_sum():
   assert ops.count(Ops.REDUCE_AXIS) == 2 and ops.count(Ops.RECIP) == 1 and Ops.FDIV not in ops
 
 
-def _cpu_source(t: Tensor) -> str:
-  from minigrad.engine.realize import get_kernel
+def _cpu_source(t: Tensor, target) -> str:
+  """The C kernel function of `t`'s one kernel as the policy decides it for `target` (not compiled)."""
+  from cpu_targets import body, decide, render
   (item,) = t.schedule()
-  source = get_kernel(item.ast, "CPU").source
-  return source[source.index("void "):]
+  return body(render(decide(item.ast, target)))
 
 
-def test_softmax_prefetches_the_next_row_in_its_second_pass():
+@pytest.mark.parametrize("target_name", ["avx512", "avx2", "sse2"])
+def test_softmax_prefetches_the_next_row_in_its_second_pass(target_name):
+  from cpu_targets import TARGETS, float_lanes
+  target = TARGETS[target_name]
+  lanes = float_lanes(target)
   x = Tensor(np.zeros((64, 1024), np.float32), device="CPU")   # the C renderer's kernels, whatever DEV is
-  body = _cpu_source(x.softmax(-1))
+  body = _cpu_source(x.softmax(-1), target)
   passes = body.split("for (long ")[2:]   # the max pass, the sum pass, the output pass (after the outer loop)
   assert len(passes) == 3 and "__builtin_prefetch" not in passes[0] + passes[2]
   stride = int(re.search(r"gidx0\*(\d+)", passes[1]).group(1))   # 1024 floats per row, times the rows per outer trip
   prefetches = re.findall(r"__builtin_prefetch\(.*\+ (\d+)\);", passes[1])
-  assert len(prefetches) == passes[1].count("float_v16_unaligned*") and set(prefetches) == {str(stride)}   # per vector load, a trip ahead
-  assert "__builtin_prefetch" not in _cpu_source(x.sum(1))                                     # a single pass streams
-  long_rows = _cpu_source(Tensor(np.zeros((4, 8192), np.float32), device="CPU").softmax(-1))
-  assert long_rows.count("for (long ") == 4 and "float_v16" in long_rows and "__builtin_prefetch" not in long_rows   # 32 KB rows stream
+  # per vector load (4 per row and trip, two rows), a trip ahead
+  assert len(prefetches) == passes[1].count(f"float_v{lanes}_unaligned*") == 8 and set(prefetches) == {str(stride)}, passes[1]
+  assert "__builtin_prefetch" not in _cpu_source(x.sum(1), target)                                     # a single pass streams
+  long_rows = _cpu_source(Tensor(np.zeros((4, 8192), np.float32), device="CPU").softmax(-1), target)
+  assert long_rows.count("for (long ") == 4 and f"float_v{lanes}" in long_rows and "__builtin_prefetch" not in long_rows   # 32 KB rows stream
