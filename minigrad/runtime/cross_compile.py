@@ -26,11 +26,10 @@ import os
 import re
 import shlex
 import subprocess
-import tempfile
 import threading
 from minigrad.helpers import DEBUG, NOOPT
 from minigrad.target import EXAMPLE_MARCHES, Target, cpu_target
-from minigrad.runtime.device import Compiler, CompileError, numbered_source
+from minigrad.runtime.device import Compiler, CompileError
 from minigrad.runtime.ops_cpu import CCompiler, configure_renderer, find_c_compiler
 if TYPE_CHECKING:   # codegen/ comes before runtime/ in the data flow: imported inside the functions that use it
   from minigrad.codegen.kernel import Kernel, Opt
@@ -67,16 +66,9 @@ class CrossCompiler(CCompiler):
   @property
   def description(self) -> str: return f"{shlex.join(self.argv)} ({self.version}) for {self.target.arch} -march={self.target.march}"
 
-  def compile(self, src: str) -> bytes:
-    with tempfile.TemporaryDirectory(prefix="minigrad_cross_") as workdir:
-      output = os.path.join(workdir, "kernel.o")
-      command = [*self.argv, *self.flags, "-x", "c", "-", "-o", output]
-      if DEBUG >= 6: print("cross-compiling:", shlex.join(command))
-      returncode, stderr = self._run(command, src)
-      if returncode != 0:
-        raise CompileError(f"{self.argv[0]} failed for {self.target.arch} -march={self.target.march} (exit code {returncode}):\n"
-                           f"{stderr.strip()}\n--- source ---\n{numbered_source(src)}")
-      with open(output, "rb") as f: return f.read()
+  output_name = "kernel.o"
+
+  def failure(self) -> str: return f"{self.argv[0]} failed for {self.target.arch} -march={self.target.march}"
 
 
 @dataclass(frozen=True)

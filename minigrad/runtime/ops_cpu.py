@@ -294,15 +294,20 @@ class CCompiler(Compiler):
     return CompilerCapabilities(target, accepted["vector_extensions"], accepted["shufflevector"], accepted["float16"],
                                 any(m in macros for m in HALF_ARITHMETIC_MACROS), accepted.get("f16c", False), accepted["half_bits"], tuple(errors))
 
+  output_name = "kernel.so"   # what `compile` builds (a subclass may build an object file instead)
+
+  def failure(self) -> str:
+    """How a failed compile is introduced in its CompileError."""
+    return f"{self.argv[0]} failed"
+
   def compile(self, src: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="minigrad_cc_") as workdir:
-      output = os.path.join(workdir, "kernel.so")
+      output = os.path.join(workdir, self.output_name)
       command = [*self.argv, *self.flags, "-x", "c", "-", "-o", output, *self.libraries]
       if DEBUG >= 6: print("compiling:", shlex.join(command))
       returncode, stderr = self._run(command, src)
       if returncode != 0:
-        raise CompileError(f"{self.argv[0]} failed (exit code {returncode}):\n{stderr.strip()}\n"
-                           f"--- source ---\n{numbered_source(src)}")
+        raise CompileError(f"{self.failure()} (exit code {returncode}):\n{stderr.strip()}\n--- source ---\n{numbered_source(src)}")
       with open(output, "rb") as f: return f.read()
 
   def _run(self, command: list[str], src: str) -> tuple[int, str]:
