@@ -190,11 +190,26 @@ def test_constant_tensors_realize():
   assert Tensor(5.0).item() == 5.0
 
 
-def test_identical_kernels_compile_once():
-  from minigrad.engine.realize import compiled_kernels
-  before = len(compiled_kernels)
+def test_identical_kernels_compile_once(monkeypatch):
+  from minigrad.engine import realize
+  monkeypatch.setattr(realize, "compiled_kernels", {})
   for _ in range(3): (Tensor(fresh(7, 5)) * 3 + 2).realize()
-  assert len(compiled_kernels) == before + 1
+  assert len(realize.compiled_kernels) == 1
+
+
+def test_compiled_kernels_keep_the_most_recently_used(monkeypatch):
+  from minigrad.engine import realize
+  monkeypatch.setattr(realize, "compiled_kernels", {})
+  monkeypatch.setattr(realize, "MAX_COMPILED_KERNELS", 2)
+  x = fresh(7, 5)
+  programs = [lambda: Tensor(x) * 3 + 2, lambda: Tensor(x) - 1, lambda: Tensor(x).exp()]
+  keys = {}
+  for i in (0, 1, 0, 2):   # the first used again, then a third kernel: the second goes
+    programs[i]().realize()
+    keys[i] = list(realize.compiled_kernels)[-1]
+  assert len(set(keys.values())) == 3 and list(realize.compiled_kernels) == [keys[0], keys[2]]
+  np.testing.assert_allclose(programs[1]().numpy(), x - 1)   # compiled again, still right
+  np.testing.assert_allclose(programs[0]().numpy(), x * 3 + 2, rtol=1e-6)
 
 
 def test_deep_elementwise_graph():

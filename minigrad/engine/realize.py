@@ -2,7 +2,7 @@
 
 Input: ScheduleItems from the scheduler. Output: filled runtime Buffers, and DEBUG output / GlobalCounters.
 Each kernel AST is compiled once per device (Kernel -> lower -> linearize -> render -> compile) and kept in
-`compiled_kernels`; the rendered kernels (minigrad/engine/kernel_cache.py) and the device compiler's binaries are
+`compiled_kernels` (the MAX_COMPILED_KERNELS most recently used); the rendered kernels (minigrad/engine/kernel_cache.py) and the device compiler's binaries are
 also kept on disk.
 
 `buffers` maps each BUFFER node of the tensor graph to its runtime Buffer. It is a documented cache with weak
@@ -110,6 +110,9 @@ def count_flops(uops: list[UOp]) -> int:
 
 
 compiled_kernels: dict[tuple[UOp, str, tuple[Opt, ...] | None], CompiledKernel] = {}
+# the most compiled kernels kept in `compiled_kernels`, the least recently used dropped first: a process that builds
+# many distinct kernels (the fuzzer on pocl: about 1 MB each) would otherwise grow until it runs out of memory
+MAX_COMPILED_KERNELS = 4096
 
 
 def new_kernel(ast: UOp, device: str) -> Kernel:
@@ -127,7 +130,9 @@ def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> Compiled
     from minigrad.engine.search import beam_search   # search.py builds on this module: import it when used
     opts = beam_search(ast, device, BEAM.value)
   key = (ast, device, None if opts is None else tuple(opts))
-  if (found := compiled_kernels.get(key)) is not None: return found
+  if (found := compiled_kernels.pop(key, None)) is not None:
+    compiled_kernels[key] = found   # the most recently used last
+    return found
   path = kernel_cache.entry_path(ast, device, opts) if disk_cache_enabled() else None
   if path is not None and (rendered := kernel_cache.load(path)) is not None:
     kernel, uops, source = rendered
@@ -141,6 +146,7 @@ def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> Compiled
     uops, source = render_kernel(kernel, device)
     if path is not None: kernel_cache.store(path, (kernel, uops, source))
   compiled_kernels[key] = compiled = load_kernel(kernel, device, uops, source, Device[device].compiler.compile_cached(source))
+  while len(compiled_kernels) > MAX_COMPILED_KERNELS: del compiled_kernels[next(iter(compiled_kernels))]
   if getenv("CUDA_COMPILE_ONLY", 0):   # also render and compile the kernel for CUDA, without a GPU (runtime/ops_cuda.py)
     from minigrad.runtime.ops_cuda import compile_only
     compile_only(ast)
