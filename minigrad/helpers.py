@@ -80,18 +80,6 @@ def cache_dir() -> pathlib.Path:
   return path
 
 
-def cpu_model() -> str:
-  """The CPU's model name, for benchmark reports (minigrad/target.py reads it; never a cache key)."""
-  from minigrad.target import cpu_model as model   # target.py imports this module: imported when asked
-  return model()
-
-
-def cpu_halves_wide_vectors() -> bool:
-  """Does the host CPU run a 64-byte SIMD vector as two 32-byte halves? See minigrad/target.py."""
-  from minigrad.target import cpu_halves_wide_vectors as halves
-  return halves()
-
-
 def colored(text: str, color: str | None) -> str:
   codes = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
   return f"\u001b[{codes[color]}m{text}\u001b[0m" if color else text

@@ -21,7 +21,8 @@ import os
 import re
 import warnings
 import numpy as np
-from minigrad.helpers import DEBUG, cpu_model, prod
+from minigrad.helpers import DEBUG, prod
+from minigrad.target import cpu_model
 from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source
 
 INSTALL_HINT = "pip install -e '.[opencl]' (installs pyopencl with pocl, an OpenCL runtime for any x86 CPU)"
