@@ -13,7 +13,7 @@ valid on every CPU.
 from __future__ import annotations
 import dataclasses
 import re
-from minigrad.codegen import heuristics
+from minigrad.opt import heuristics
 from minigrad.codegen.kernel import Kernel
 from minigrad.engine.realize import render_kernel
 from minigrad.helpers import prod

@@ -2,7 +2,7 @@
 on (tests/cpu_targets.py): AVX-512, AVX2 (x86-64-v3), the SSE2 baseline (x86-64), AVX-512 on a CPU that runs wide
 vectors as two halves, and aarch64 NEON.
 
-Checked per Target: the machine facts the policy reads (minigrad.codegen.heuristics, minigrad.schedule.packing,
+Checked per Target: the machine facts the policy reads (minigrad.opt.heuristics, minigrad.schedule.packing,
 minigrad.nn.conv), and the decisions it makes: the lanes of an elementwise kernel and of a row sum, a 1024x1024
 matmul's register tile (its accumulators fit the Target's registers, its lanes fill a vector), a convolution's rows
 widened to whole vectors, the packed panels' width, and that every kernel renders. Decided kernels are rendered, not
@@ -14,11 +14,11 @@ import re
 import numpy as np
 import pytest
 from minigrad import Tensor, dtypes
-from minigrad.codegen import heuristics
+from minigrad.opt import heuristics
 from minigrad.codegen.kernel import Opt
-from minigrad.nn.conv import _lane_width
+from minigrad.opt.cpu_policy import conv_row_width as _lane_width
 from minigrad.runtime.device import available_devices
-from minigrad.schedule import packing
+from minigrad.opt import cpu_policy
 from cpu_targets import AVX2, AVX512, AVX512_HALVED, NEON, SSE2, TARGETS, body, decide, float_lanes, pin_policy_target, \
   render, tile_of, widest_float_vector
 
@@ -34,7 +34,7 @@ def by_target(table: dict) -> list:
 
 
 TARGET_PARAMS = [pytest.param(target, id=name) for name, target in TARGETS.items()]
-SIXTEEN_REGISTER_TILES = ("minigrad.schedule.packing.panel_widths gives Targets with 16 vector registers (AVX2, SSE2) panels of "
+SIXTEEN_REGISTER_TILES = ("minigrad.opt.cpu_policy.panel_widths gives Targets with 16 vector registers (AVX2, SSE2) panels of "
                           "4 vectors while their matmul register tiles are 2 vectors wide (6 rows x 2 vectors: 12 accumulators), so "
                           "each tile reads half of every panel row, a div/mod per tile in the index")
 NO_DOT_TILE = ("heuristics rule 5: with 12 accumulators the best dot-product tile from TILE_ROWS on 64x32 outputs is 2x4 "
@@ -52,18 +52,18 @@ NO_DOT_TILE = ("heuristics rule 5: with 12 accumulators the best dot-product til
   "neon":          (16, 32, [4, 2], [2], 24, 16, (16, 8)),
 }))
 def test_what_the_policy_reads_from_each_target(target, expected):
-  assert (target.vector_bytes, target.vector_registers, heuristics.lane_widths(target, 4), heuristics.lane_widths(target, 8),
-          heuristics.max_accumulators(target), heuristics.streamed_vector_bytes(target), packing.panel_widths(target)) == expected
+  assert (target.vector_bytes, target.vector_registers, cpu_policy.lane_widths(target, 4, heuristics.LANES), cpu_policy.lane_widths(target, 8, heuristics.LANES),
+          cpu_policy.max_accumulators(target), cpu_policy.streamed_vector_bytes(target), cpu_policy.panel_widths(target)) == expected
   # cache-fit thresholds follow the caches: half of L2 stays in cache, two thirds of L1d are resident
-  assert heuristics.cached_bytes(target) == packing.min_packed_bytes(target) == target.l2_bytes // 2
-  assert heuristics.l1_resident_bytes(target) == target.l1d_bytes * 2 // 3
-  assert heuristics.line_elements(target) == 16
+  assert cpu_policy.cached_bytes(target) == cpu_policy.min_packed_bytes(target) == target.l2_bytes // 2
+  assert cpu_policy.l1_resident_bytes(target) == target.l1d_bytes * 2 // 3
+  assert cpu_policy.line_elements(target) == 16
 
 
 def test_the_avx512_xeon_gives_the_figures_the_heuristics_were_tuned_with():
   # 48 KB L1d, 2 MB L2: an input part of 32 KB stays in L1, 1 MB in L2, and operands from 1 MB on are packed
-  assert heuristics.l1_resident_bytes(AVX512) == 32 << 10
-  assert heuristics.cached_bytes(AVX512) == packing.min_packed_bytes(AVX512) == 1 << 20
+  assert cpu_policy.l1_resident_bytes(AVX512) == 32 << 10
+  assert cpu_policy.cached_bytes(AVX512) == cpu_policy.min_packed_bytes(AVX512) == 1 << 20
 
 
 # ---------------------------------------------------------------- lanes
@@ -87,7 +87,7 @@ def test_row_sum_streams_vectors_of_the_target(target, lanes):
   t = Tensor(x).sum(1)
   kernel = decide(t.schedule()[-1].ast, target)
   assert kernel.applied_opts == [Opt("UNROLL", 0, lanes), Opt("UNROLL", 0, 4)]
-  assert lanes * 4 == heuristics.streamed_vector_bytes(target)
+  assert lanes * 4 == cpu_policy.streamed_vector_bytes(target)
   source = render(kernel)
   assert f"float_v{lanes} acc" in source and widest_float_vector(source) == lanes
   np.testing.assert_allclose(t.numpy(), x.sum(1), rtol=1e-5, atol=1e-4)
@@ -128,9 +128,9 @@ def test_matmul_1024_register_tile_fits_the_registers(target, opts, monkeypatch)
   lanes, accumulators = tile_of(kernel)
   # lanes fill a vector; the accumulators fit in the registers the tile may use, and at least 8 of them keep two
   # FMA units busy through their latency
-  assert lanes == float_lanes(target) and 8 <= accumulators <= heuristics.max_accumulators(target)
+  assert lanes == float_lanes(target) and 8 <= accumulators <= cpu_policy.max_accumulators(target)
   # a tile never straddles two packed panels
-  panel = next(w for w in packing.panel_widths(target) if 1024 % w == 0)
+  panel = next(w for w in cpu_policy.panel_widths(target) if 1024 % w == 0)
   assert panel % tile_columns(kernel) == 0
   source = render(kernel)
   assert f"float_v{lanes} acc{accumulators - 1} " in source and f"acc{accumulators} " not in source
@@ -142,7 +142,7 @@ def test_matmul_1024_register_tile_fits_the_registers(target, opts, monkeypatch)
 def test_every_matmul_tile_fits_the_registers(target, shape, monkeypatch):
   kernel = decide(matmul_product(target, monkeypatch, *shape).ast, target)
   lanes, accumulators = tile_of(kernel)
-  assert lanes <= float_lanes(target) and 1 <= accumulators <= heuristics.max_accumulators(target), kernel.applied_opts
+  assert lanes <= float_lanes(target) and 1 <= accumulators <= cpu_policy.max_accumulators(target), kernel.applied_opts
   assert widest_float_vector(render(kernel)) == lanes
 
 
@@ -153,8 +153,8 @@ def test_matmul_tile_reads_exactly_one_panel(target, monkeypatch):
   # minigrad.schedule.packing: "the codegen heuristics give such a kernel output tiles of W columns, so each tile
   # reads exactly one panel"
   kernel = decide(matmul_product(target, monkeypatch, 1024, 1024, 1024).ast, target)
-  panel = next(w for w in packing.panel_widths(target) if 1024 % w == 0)
-  assert tile_columns(kernel) == panel, (kernel.applied_opts, packing.panel_widths(target))
+  panel = next(w for w in cpu_policy.panel_widths(target) if 1024 % w == 0)
+  assert tile_columns(kernel) == panel, (kernel.applied_opts, cpu_policy.panel_widths(target))
 
 
 @pytest.mark.parametrize("target", [pytest.param(AVX512, id="avx512"), pytest.param(NEON, id="neon"),
@@ -168,7 +168,7 @@ def test_dot_products_share_their_loads_in_a_register_tile(target):
   kernel = decide(item.ast, target)
   lanes, accumulators = tile_of(kernel)
   assert kernel.applied_opts[0] == Opt("UNROLL", 0, float_lanes(target)) and accumulators > 1, kernel.applied_opts
-  assert accumulators <= heuristics.max_accumulators(target)
+  assert accumulators <= cpu_policy.max_accumulators(target)
 
 
 # ---------------------------------------------------------------- convolution rows, packed panels

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, seed, settings, strategies as st
-from minigrad.codegen.heuristics import hand_coded_optimizations
-from minigrad.codegen.search import child_kernels
+from minigrad.opt.heuristics import hand_coded_optimizations
+from minigrad.opt.search_space import child_kernels
 from minigrad.dtype import to_numpy
 from minigrad.engine import realize
 from minigrad.engine.realize import new_kernel

@@ -144,7 +144,7 @@ def test_transposed_weight_is_packed_only_for_many_rows(target, monkeypatch):
 def test_weight_gradient_copies_dy_row_major_when_its_rows_alias(target, x_packed, monkeypatch):
   # dy.T @ x over 1024 tokens: dy's rows are read along k, one element per token, rows 2 KB apart (512 floats) all in
   # the same L1 cache sets. dy gets a row-major copy (blocks of lanes x lanes transposed by shuffles), then the product.
-  from minigrad.schedule.packing import min_packed_bytes
+  from minigrad.opt.cpu_policy import min_packed_bytes
   assert x_packed == (1024 * 128 * 4 >= min_packed_bytes(target))
   dy, x = arr(1024, 512), arr(1024, 128)
   dyb, xb = dy.reshape(16, 64, 512), x.reshape(16, 64, 128)
@@ -165,7 +165,8 @@ def test_weight_gradient_tile_keeps_its_operands_in_l1():
   # dy.T @ x: 256x784 over a batch of 128. With AVX-512, 784 = 49 vectors, so a tile of several vectors takes 7 of
   # them, whose 57 KB column panel doesn't stay in L1: 7 cache lines from L2 per 14 multiply-adds. 16 rows x 1 vector
   # reads one line of x and one (cached) line of dy per 16.
-  from minigrad.codegen.heuristics import _streamed_lines, max_accumulators, MAX_STREAMED_LINES
+  from minigrad.opt.heuristics import _streamed_lines, MAX_STREAMED_LINES
+  from minigrad.opt.cpu_policy import max_accumulators
   from minigrad.codegen.kernel import Kernel, Opt
   a, b = arr(128, 256), arr(128, 784)
   item = (Tensor(a, device="CPU").T @ Tensor(b, device="CPU")).schedule()[-1]
@@ -188,7 +189,7 @@ def test_weight_gradient_through_relu_stores_whole_vectors(dtype, target):
   # columns, is its own elementwise kernel (see test_schedule.py); the product then takes a register tile with lanes
   # along the output's rows (AVX-512: 16 rows x 1 vector of 16; float64 8 rows x 2 vectors of 8. AVX2: 6 rows x 2
   # vectors, 12 accumulators) and stores its accumulators as whole vectors, never lane by lane
-  from minigrad.codegen.heuristics import max_accumulators
+  from minigrad.opt.cpu_policy import max_accumulators
   dh, z, b, x = (rng.standard_normal(shape).astype(dtype) for shape in ((128, 256), (128, 256), (256,), (128, 784)))
   result = (Tensor(dh, device="CPU") * ((Tensor(z, device="CPU") + Tensor(b, device="CPU")) > 0)).T @ Tensor(x, device="CPU")
   mask, product = result.schedule()

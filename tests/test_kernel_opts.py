@@ -193,7 +193,7 @@ def test_matmul_tile_fits_odd_shapes():
   assert decide(item.ast, AVX2).applied_opts[:3] == [Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 4), Opt("UPCAST", 1, 3)]
 
 
-PANEL_NOT_TILE = ("minigrad.schedule.packing.panel_widths gives 16-register Targets panels of 4 vectors (AVX2: 32 columns) "
+PANEL_NOT_TILE = ("minigrad.opt.cpu_policy.panel_widths gives 16-register Targets panels of 4 vectors (AVX2: 32 columns) "
                   "while their register tiles are 2 vectors wide (6 x 2 x 8 lanes): each tile reads half of every panel row")
 
 
@@ -201,7 +201,7 @@ PANEL_NOT_TILE = ("minigrad.schedule.packing.panel_widths gives 16-register Targ
                          ids=["avx512", "avx2"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_big_matmul_reads_a_packed_copy_of_its_columns(transposed, target, monkeypatch):
-  from minigrad.schedule.packing import panel_widths
+  from minigrad.opt.cpu_policy import panel_widths
   width = next(w for w in panel_widths(target) if 1024 % w == 0)
   # b: 1 MB, reused by 64 rows; a transposed b (see MIN_ROWS_TRANSPOSED) by 256
   a, b = arr(256 if transposed else 64, 256), arr(256, 1024)
@@ -319,7 +319,7 @@ def test_threads_split_the_outer_loop(monkeypatch):
 def test_short_outer_loop_trades_places_for_the_threads(monkeypatch, target):
   # the threads split the outermost loop: 3 trips (a 3x3 weight gradient's taps) or 1 (a batch of one) don't
   # share out over two threads, so the biggest global dim runs outermost instead; with one thread nothing moves
-  from minigrad.codegen import heuristics
+  from minigrad.opt import heuristics
   import torch
   pin_policy_target(monkeypatch, target)   # the rows widened to whole vectors of the Target's lanes
   x, w = arr(1, 16, 14, 14), arr(32, 16, 3, 3)
@@ -587,7 +587,7 @@ def test_big_matmul_sweeps_the_rows_under_each_panel(target, opts, monkeypatch):
 
 
 def test_conv_gradients_run_as_vectorized_contractions(monkeypatch):
-  from minigrad.codegen import heuristics
+  from minigrad.opt import cpu_policy, heuristics
   # the MNIST CNN's second conv: d x is a transposed convolution (a forward conv kernel, 16 lanes), d w a sum along
   # rows widened from 14 to 16 (lanes) with a register tile of output x input channels; neither writes a
   # (N, C, positions, taps) gradient of the windows first, as autograd through the window view did
@@ -605,7 +605,7 @@ def test_conv_gradients_run_as_vectorized_contractions(monkeypatch):
     assert len(reduces) == 2
     assert all(k.applied_opts[0].amount == lanes for k in reduces), [k.applied_opts for k in reduces]
     assert any(sum(o.op == "UPCAST" for o in k.applied_opts) == 2 for k in reduces)   # d w: the channel tile
-    assert all(tile_of(k)[1] <= heuristics.max_accumulators(target) for k in reduces)
+    assert all(tile_of(k)[1] <= cpu_policy.max_accumulators(target) for k in reduces)
   x, w = Tensor(x_np, requires_grad=True, device="CPU"), Tensor(w_np, requires_grad=True, device="CPU")   # the host's Target
   (x.conv2d(w, padding=1) * Tensor(dy, device="CPU")).sum().backward()
   tx, tw = torch.from_numpy(x_np).requires_grad_(), torch.from_numpy(w_np).requires_grad_()

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from minigrad import Tensor
 import minigrad.engine.search as search
-from minigrad.codegen.heuristics import hand_coded_optimizations
+from minigrad.opt.heuristics import hand_coded_optimizations
 from minigrad.codegen.kernel import OPT_KINDS, Kernel
-from minigrad.codegen.search import MAX_UNROLLED, actions, ast_key, child_kernels, kernel_signature, unrolled_size
+from minigrad.opt.search_space import MAX_UNROLLED, actions, ast_key, child_kernels, kernel_signature, unrolled_size
 from minigrad.engine.realize import CompiledKernel, buffer_of, get_kernel, new_kernel
 from minigrad.helpers import BEAM, DEBUG
 from minigrad.runtime.device import CompileError, Device

@@ -23,9 +23,9 @@ import pathlib
 import pickle
 from minigrad.helpers import DEBUG, NOOPT, cache_dir
 from minigrad.uop.ops import UOp
-from minigrad.codegen import heuristics
+from minigrad.opt import heuristics
 from minigrad.codegen.kernel import Kernel, Opt
-from minigrad.codegen.search import ast_key
+from minigrad.opt.search_space import ast_key
 from minigrad.runtime.device import Device, read_cache_entry, write_cache_entry
 
 CACHE_VERSION = 1

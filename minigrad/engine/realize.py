@@ -19,7 +19,7 @@ from minigrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, colored, getenv
 from minigrad.uop.ops import UOp, Ops, GroupOp, pretty
 from minigrad.schedule.scheduler import ScheduleItem, mark_realized
 from minigrad.codegen.kernel import Kernel, Opt
-from minigrad.codegen.heuristics import hand_coded_optimizations
+from minigrad.opt.heuristics import hand_coded_optimizations
 from minigrad.codegen.linearizer import linearize_for
 from minigrad.runtime.device import Buffer, Device, disk_cache_enabled
 from minigrad.engine.memory import MemoryPlan, plan_memory

@@ -4,7 +4,7 @@ Input: a kernel AST, a device name and a beam width N (`BEAM=N`). Output: the li
 ran fastest; `get_kernel` applies them. The search:
   1. starts from the hand-coded choice and the shorter prefixes of its actions (so alternatives to its later
      choices are tried too); the hand-coded kernel is timed first and is the one to beat;
-  2. at each depth makes every child of the beam's kernels (one more action, minigrad/codegen/search.py; at most
+  2. at each depth makes every child of the beam's kernels (one more action, minigrad/opt/search_space.py; at most
      BEAM_MAX_CANDIDATES, a seeded sample), renders them in this process and compiles them in parallel: the
      compiler runs as one worker process per candidate, started from a thread pool with a thread per core, and a
      compile that fails or outlives BEAM_COMPILE_TIMEOUT seconds is skipped. Then it times them one after
@@ -40,9 +40,9 @@ import sys
 import time
 import numpy as np
 from tqdm import tqdm
-from minigrad.codegen.heuristics import hand_coded_optimizations
+from minigrad.opt.heuristics import hand_coded_optimizations
 from minigrad.codegen.kernel import Kernel, Opt
-from minigrad.codegen.search import ast_key, child_kernels, kernel_signature
+from minigrad.opt.search_space import ast_key, child_kernels, kernel_signature
 from minigrad.dtype import DType, dtypes, to_numpy
 from minigrad.engine.realize import CompiledKernel, load_kernel, new_kernel, render_kernel
 from minigrad.helpers import DEBUG, atomic_write, cache_dir, getenv

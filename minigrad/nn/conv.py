@@ -6,7 +6,7 @@ Input: Tensors laid out as torch lays them out ((N, C, *spatial) or unbatched (C
 (C_out, C_in // groups, *kernel), transposed-conv weights (C_in, C_out // groups, *kernel)) and Python
 hyper-parameters. Output: lazy Tensors. Kernel windows are zero-copy strided views (pad, then a
 repeat/reshape/shrink trick), reduced with broadcast-multiply-sum, max or sum. A convolution copies its input
-(padded) first when its rows aren't whole SIMD vectors, and so does its weight gradient (see _lane_width).
+(padded) first when its rows aren't whole SIMD vectors, and so does its weight gradient (see opt.cpu_policy.conv_row_width).
 
 A transposed convolution is the convolution of the input with zeros inserted between its elements (stride - 1 of
 them), padded by dilation*(kernel-1) - padding, against the spatially flipped kernel with in/out channels swapped.
@@ -21,7 +21,8 @@ import numpy as np
 from minigrad.dtype import dtypes
 from minigrad.function import Function
 from minigrad.helpers import prod
-from minigrad.target import Target, cpu_target
+from minigrad.opt.cpu_policy import conv_row_width
+from minigrad.target import cpu_target
 from minigrad.tensor import Tensor
 from minigrad.uop.ops import UOp
 
@@ -182,7 +183,7 @@ class _Convolution(Function):
     w, image = Tensor(weight), Tensor(x)
     c_out, c_group, kernel, dims = w.shape[0], w.shape[1], w.shape[2:], w.ndim - 2
     width = (x.shape[-1] + sum(pads[-1]) - dilations[-1] * (kernel[-1] - 1) - 1) // strides[-1] + 1
-    widened = _lane_width(width, cpu_target()) if strides[-1] == 1 and x.device in LANE_DEVICES else width
+    widened = conv_row_width(width, cpu_target()) if strides[-1] == 1 and x.device in LANE_DEVICES else width
     if widened != width:
       # rows of whole SIMD vectors: the input copied once with its zeros and enough more on the right for
       # `widened` outputs per row, so the loads need no masks; the extra outputs are dropped after the sum
@@ -210,14 +211,6 @@ class _Convolution(Function):
     return grad_x, grad_w
 
 
-def _lane_width(width: int, target: Target) -> int:
-  """The row width a stride-1 convolution computes for rows of `width` outputs: a power of two up to half the
-  Target's float32 lanes, else a multiple of its lanes (16 with AVX-512, 8 with AVX2), so that the row runs as whole
-  SIMD vectors."""
-  lanes = target.vector_bytes // 4
-  return next((w for w in (1, 2, 4, 8, 16) if w >= width and w < lanes), -(-width // lanes) * lanes)
-
-
 def _padded_wider(x: Tensor, pads: tuple[tuple[int, int], ...], extra: int) -> Tensor:
   """x (N, C, *spatial) padded by `pads` and by `extra` more zeros at the end of its last dim, copied once, so the
   loads of a convolution's sum over it need no masks."""
@@ -233,7 +226,7 @@ def _weight_gradient(x: Tensor, grad: Tensor, weight_shape: tuple[int, ...], str
   n, c_out, kernel, dims = x.shape[0], weight_shape[0], weight_shape[2:], len(weight_shape) - 2
   width = grad.shape[-1]
   if strides[-1] == 1 and width > 1 and x.device in LANE_DEVICES:
-    widened = _lane_width(width, cpu_target())
+    widened = conv_row_width(width, cpu_target())
     # both copied once with their zeros, so that the loads in the sum need no masks
     grad = grad.pad(((0, 0),) * (grad.ndim - 1) + ((0, widened - width),)).contiguous()
     x = _padded_wider(x, pads, widened - width)

@@ -164,7 +164,7 @@ def optimize_and_render(ast: UOp, opts: Sequence[Opt] | None, chain: Toolchain) 
   """(Kernel, C source) of `ast` for the toolchain's Target: with `opts`, those actions if they apply and their
   vectors fit the Target's registers; otherwise (or with opts None) the hand-coded choices (none with NOOPT=1)."""
   from minigrad.codegen.kernel import Kernel, KernelOptError
-  from minigrad.codegen.heuristics import hand_coded_optimizations
+  from minigrad.opt.heuristics import hand_coded_optimizations
   from minigrad.codegen.linearizer import linearize_for
   if opts is not None:
     kernel = Kernel(ast, has_local=False, target=chain.target)

@@ -99,7 +99,7 @@ def render_for_cuda(ast: Any) -> str:
 
 def _render_for_cuda(ast: Any) -> tuple[str, str]:
   from minigrad.codegen.kernel import Kernel
-  from minigrad.codegen.heuristics import hand_coded_optimizations
+  from minigrad.opt.heuristics import hand_coded_optimizations
   from minigrad.codegen.linearizer import linearize_for
   from minigrad.codegen.cuda_renderer import CUDARenderer
   kernel, renderer = Kernel(ast, has_local=True), CUDARenderer()

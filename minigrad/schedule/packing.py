@@ -3,7 +3,7 @@
 Input: the scheduler's ScheduleItems. Output: the same items, where a large matmul-shaped reduce kernel that
 reads a 2-d operand `b` (one output dim j; the reduce dim k, or several that read b as one, as a weight gradient's
 batch and token dims) gets a copy kernel before it that writes
-b[k, j] as panels of W columns: packed[j // W][k][j % W], W the first of panel_widths(Target) that divides b's columns.
+b[k, j] as panels of W columns: packed[j // W][k][j % W], W the first of opt.cpu_policy.panel_widths that divides b's columns.
 The product then reads one contiguous panel per tile of output columns instead of W-wide strips a whole row
 apart: the panel stays in the L2 cache while the kernel sweeps the rows, and one stream is easy to prefetch
 (the C renderer prefetches it ahead, see codegen.cpu_patterns.panel_prefetches). (Rows a power-of-two apart also map to
@@ -30,25 +30,15 @@ from minigrad.dtype import dtypes
 from minigrad.helpers import prod
 from minigrad.uop.ops import UOp, Ops, one_hot_pick
 from minigrad.uop.shapetracker import ShapeTracker, View
-from minigrad.target import Target, cpu_target
+from minigrad.opt.cpu_policy import min_packed_bytes, panel_widths
+from minigrad.target import cpu_target
 
-PANEL_VECTORS = (4, 2)        # output columns per register tile: four (or two) of the Target's float32 vectors
 MIN_ROWS = 64                 # the packed copy must be reused by at least this many output rows
 MIN_ROWS_TRANSPOSED = 256     # ... when b is transposed: fewer rows run faster on dot products along k as b lies
 MIN_REDUCE = 64               # and be long enough in k to pay for the copy
 MIN_ROWS_SHORT_K = 32         # ... except a transposed b (also one per batch) with a shorter k, once this many rows reuse it
 ALIASED_ROW_BYTES = 2048      # a k-major first operand whose rows are a multiple of this apart is copied row-major
 PACKED_DEVICES = ("CPU", "LLVM")   # a layout for CPU caches
-
-
-def panel_widths(target: Target) -> tuple[int, ...]:
-  """Columns per packed panel, widest first: 4 or 2 float32 vectors (64 or 32 with AVX-512, 32 or 16 with AVX2)."""
-  return tuple(n * target.vector_bytes // 4 for n in PANEL_VECTORS)
-
-
-def min_packed_bytes(target: Target) -> int:
-  """Operands smaller than this (half of L2) stay in the L2 cache as they are."""
-  return target.l2_bytes // 2
 
 
 def pack_operands(items: list, make_item) -> list:

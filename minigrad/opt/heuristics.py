@@ -4,7 +4,8 @@ and in which order the loops run.
 Input: a fresh `Kernel`. Output: the same kernel with `apply_opt` called for the actions chosen here.
 `NOOPT=1` skips this; `BEAM=N` searches instead.
 
-The rules, for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-512):
+The rules, in figures for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-512); the machine facts
+they use come from the kernel's Target through minigrad/opt/cpu_policy.py (AVX2: 16 registers of 8 floats):
   1. lanes: the output dim that is contiguous in memory becomes 16 (or 8, 4, 2) SIMD lanes, when every buffer
      reads the new lane dim contiguously or not at all. Padding is fine: a load whose validity changes
      across the lanes becomes a masked vector load. An elementwise kernel that transposes takes its lanes along
@@ -49,11 +50,12 @@ import functools
 import itertools
 import math
 from minigrad.codegen.kernel import Kernel, Opt, KernelOptError
-from minigrad.codegen.gpu_heuristics import gpu_optimizations
+from minigrad.opt.gpu_heuristics import gpu_optimizations
 from minigrad.codegen.lowerer import VECTOR_WIDTHS
 from minigrad.codegen.vectorize import vector_ok
 from minigrad.helpers import cpu_threads, prod
-from minigrad.target import Target
+from minigrad.opt.cpu_policy import (cached_bytes, l1_resident_bytes, lane_widths, line_elements, max_accumulators, row_by_row_accumulators,
+                                     streamed_vector_bytes)
 from minigrad.uop.ops import Ops, UOp, one_hot_pick
 from minigrad.uop.shapetracker import ShapeTracker
 from minigrad.uop.symbolic import split_terms
@@ -72,41 +74,6 @@ MAX_STREAMED_LINES = 1 / 3  # cache lines from L2 per multiply-add a tile may ne
 MAX_STREAM_CHECKS = 8      # the best tiles by loads per multiply-add that are checked for it
 
 
-# ---- what the policy reads from the Target (minigrad/target.py): the machine facts behind the rules above ----
-
-def lane_widths(target: Target, dtype_bytes: int) -> list[int]:
-  """SIMD lane counts for elements of `dtype_bytes`, widest first, that fit one of the Target's vector registers
-  (16 float32 with AVX-512, 8 with AVX2, 4 with SSE or NEON)."""
-  return [w for w in LANES if w * dtype_bytes <= target.vector_bytes]
-
-
-def max_accumulators(target: Target) -> int:
-  """Vector accumulators a register tile may keep: three quarters of the vector registers (24 of AVX-512's 32, 12 of
-  AVX2's 16); the rest hold a trip's vector loads and a broadcast."""
-  return target.vector_registers * 3 // 4
-
-
-def streamed_vector_bytes(target: Target) -> int:
-  """Vector bytes for rows that only stream through (rule 5): 32 on CPUs that run 64-byte vectors as two halves."""
-  return min(target.vector_bytes, 32) if target.halves_wide_vectors else target.vector_bytes
-
-
-def cached_bytes(target: Target) -> int:
-  """An input part a tile reads over its whole reduce loop stays in cache up to this size: half of L2."""
-  return target.l2_bytes // 2
-
-
-def l1_resident_bytes(target: Target) -> int:
-  """An input part a tile reads over its reduce loop stays in L1 up to this size: two thirds of L1d (32 of 48 KB)."""
-  return target.l1d_bytes * 2 // 3
-
-
-def line_elements(target: Target) -> int:
-  """float32 elements per cache line."""
-  return target.cache_line_bytes // 4
-
-
-@functools.lru_cache(maxsize=4096)
 def index_strides(st: ShapeTracker) -> tuple[int | None, ...]:
   """Per dim the buffer stride if the index is affine in that dim (None if not). Unlike `real_strides`,
   validity (padding) may depend on the dim."""
@@ -176,7 +143,7 @@ def _cpu_optimizations(k: Kernel) -> None:
   stored = [n.src[2].dtype for n in k.ast.toposort if n.op is Ops.STORE]
   if any(not vector_ok(dt, 2) for dt in stored): return   # SIMD lanes for float32/float64/int32 outputs
   dtype_bytes = max((n.dtype.itemsize for n in k.ast.toposort if n.op in (Ops.LOAD, Ops.CONST, Ops.ARANGE)), default=4)
-  widths = lane_widths(k.target, dtype_bytes)
+  widths = lane_widths(k.target, dtype_bytes, LANES)
   out_strides = index_strides(k.output_st)
   globals_ = k.axes_of("global")
   has_reduce = bool(k.axes_of("reduce"))
@@ -318,7 +285,7 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
       # past half the vector registers in accumulators (16 of AVX-512's 32, 8 of AVX2's 16) the statements go row
       # by row, so one broadcast of a row is live at a time (in the other order gcc and clang keep all of them in
       # registers and spill accumulators)
-      order = [lane_remainder] + axes if prod(amounts.values()) <= k.target.vector_registers // 2 else axes + [lane_remainder]
+      order = [lane_remainder] + axes if prod(amounts.values()) <= row_by_row_accumulators(k.target) else axes + [lane_remainder]
       shape = tuple(pads.get(a, size) for a, size in enumerate(k.full_shape))
       opts = [Opt("PADTO", a, amounts[a]) for a in pads] + _upcasts(globals_, [(a, amounts[a]) for a in order if a in amounts], shape) + unrolls
       resident = _resident_inputs(k, amounts) if unrolled else frozenset()
