@@ -22,16 +22,15 @@ from minigrad.codegen.c_renderer import CRenderer, half_conversions
 from minigrad.dtype import dtypes
 from minigrad.runtime import ops_cpu
 from minigrad.runtime.ops_cpu import CCompiler, CompilerCapabilities, configure_renderer, float16_mode, load_library, target_flag_candidates
-from minigrad.target import Target
+from minigrad.target import Target, cpu_target
 
 X86 = platform.machine() in ("x86_64", "AMD64")
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
-def cpu_flags() -> set[str]:
-  try: text = pathlib.Path("/proc/cpuinfo").read_text()
-  except OSError: return set()
-  return next((set(line.split(":", 1)[1].split()) for line in text.splitlines() if line.startswith("flags")), set())
+def target_features(cc: str) -> frozenset[str]:
+  """The ISA features of the Target `cc` compiles for (CPU_TARGET, else this CPU), as minigrad.target names them."""
+  return cpu_target([cc]).features
 
 
 def major_version(cc: str) -> int:
@@ -69,7 +68,7 @@ def fake_compiler(tmp_path: pathlib.Path, name: str, rejects: list[str], version
 
 def test_probe_answers_for_gcc():
   cc = installed("gcc")
-  version, flags = major_version(cc), cpu_flags()
+  version, flags = major_version(cc), target_features(cc)
   compiler = CCompiler(cc)
   answers = compiler.capabilities
   assert answers.target_flags == target_flag_candidates(compiler.target)[0] and answers.vector_extensions and answers.half_bits
@@ -77,7 +76,7 @@ def test_probe_answers_for_gcc():
   if X86:
     assert answers.float16 == (version >= 12)
     assert answers.f16c == ("f16c" in flags)
-    assert answers.half_arithmetic == (version >= 12 and "avx512_fp16" in flags)   # gcc 11 doesn't know AVX512-FP16
+    assert answers.half_arithmetic == (version >= 12 and "avx512fp16" in flags)   # gcc 11 doesn't know AVX512-FP16
   if X86 and version >= 12:   # the same CPU without its half arithmetic: gcc's own _Float16 is used
     without = CCompiler(f"{cc} -mno-avx512fp16").capabilities
     assert without.float16 and not without.half_arithmetic and float16_mode(without) == "native"
@@ -85,15 +84,15 @@ def test_probe_answers_for_gcc():
 
 def test_probe_answers_for_clang():
   cc = installed("clang")
-  version, flags = major_version(cc), cpu_flags()
+  version, flags = major_version(cc), target_features(cc)
   compiler = CCompiler(cc)
   answers = compiler.capabilities
   assert answers.target_flags == target_flag_candidates(compiler.target)[0]
   assert answers.vector_extensions and answers.shufflevector and answers.half_bits
   if X86:
     assert answers.f16c == ("f16c" in flags)
-    assert answers.half_arithmetic == ("avx512_fp16" in flags)
-    assert answers.float16 == (version >= 15 or "avx512_fp16" in flags)   # clang 14 has x86 _Float16 only with AVX512-FP16
+    assert answers.half_arithmetic == ("avx512fp16" in flags)
+    assert answers.float16 == (version >= 15 or "avx512fp16" in flags)   # clang 14 has x86 _Float16 only with AVX512-FP16
     without = CCompiler(f"{cc} -mno-avx512fp16").capabilities
     assert without.float16 == (version >= 15) and not without.half_arithmetic
     if version < 15: assert any(e.startswith("float16:") and "_Float16" in e for e in without.errors), without.errors
@@ -147,8 +146,9 @@ def test_target_flags_set_the_vector_width_on_x86():
       if shutil.which(cc): assert f"-mprefer-vector-width={8 * CCompiler(cc).target.vector_bytes}" in CCompiler(cc).flags
 
 
-def test_probe_picks_the_target_flag_the_compiler_takes(tmp_path):
+def test_probe_picks_the_target_flag_the_compiler_takes(tmp_path, monkeypatch):
   # clang before 15 rejects -march=native on aarch64; then -mcpu=native, else no target flag
+  monkeypatch.delenv("CPU_TARGET", raising=False)   # the host's Target, whatever the suite runs for
   no_march = CCompiler(fake_compiler(tmp_path, "nomarch", ["-march=native"]))
   assert no_march.capabilities.target_flags != ("-march=native",) and "-march=native" not in no_march.flags
   neither = CCompiler(fake_compiler(tmp_path, "nonative", ["=native"]))
@@ -218,7 +218,7 @@ def expected_narrowing(values: np.ndarray) -> np.ndarray:
   return out
 
 
-def conversion_modes() -> list[str]: return ["bits"] + (["f16c"] if X86 and "f16c" in cpu_flags() else [])
+def conversion_modes() -> list[str]: return ["bits"] + (["f16c"] if X86 and "f16c" in cpu_target().features else [])
 
 
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
@@ -313,8 +313,8 @@ def test_float16_tensors_equal_numpy(compiler: str, cc: str):
   assert result.returncode == 0, result.stderr[-3000:]
   got = json.loads(result.stdout.strip().splitlines()[-1])
   # the path each variant is there to exercise, from the compiler's version and the CPU's flags (not from the probe)
-  version, flags = major_version(compiler), cpu_flags()
-  half_arithmetic = "avx512_fp16" in flags and "-mno-avx512fp16" not in extra
+  version, flags = major_version(compiler), target_features(compiler)
+  half_arithmetic = "avx512fp16" in flags and "-mno-avx512fp16" not in extra
   has_float16 = (version >= 12 if compiler == "gcc" else version >= 15 or half_arithmetic) if X86 else True
   has_f16c = X86 and "f16c" in flags and "-mno-f16c" not in extra
   expected_mode = "native" if has_float16 and not half_arithmetic else "f16c" if has_f16c else "bits"
