@@ -13,6 +13,7 @@ import pytest
 import torch
 from minigrad import Tensor
 from minigrad.uop.ops import Ops
+from torch_compare import fuses_multiply_add
 
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 0.5, -0.5, 1.0, -1.0, 88.72283, 88.72284, 88.7229, 89.0, 100.0,
            -87.33654, -87.34, -100.0, -103.27893, -103.97208, -103.98, -104.0, -104.5, -150.0, -1e30, 1e30]
@@ -40,7 +41,8 @@ def _ulps_from_reference(got: np.ndarray, x: np.ndarray) -> np.ndarray:
 def test_exp_float32_within_one_ulp_everywhere():
   x = _float32_inputs(100_000, seed=1, low=-110, high=90)
   error = _ulps_from_reference(Tensor(x).exp().numpy(), x)
-  assert error.max() <= 1.0, f"{(error > 1).sum()} inputs off by more than 1 ulp, e.g. {x[error > 1][:4]}"
+  bound = 1.0 if fuses_multiply_add() else 1.2   # exp's documented error without FMA (minigrad/tensor_unary.py)
+  assert error.max() <= bound, f"{(error > bound).sum()} inputs off by more than {bound} ulp, e.g. {x[error > bound][:4]}"
   in_range = (x > -87) & (x < 88)
   assert error[in_range].mean() < 0.25   # mostly the correctly rounded float (the error's mean is 0.17 ulp)
 
@@ -56,7 +58,8 @@ def test_exp_special_values():
 def test_exp_of_nonpositive_values_used_by_softmax():
   x = -np.abs(_float32_inputs(100_000, seed=2, low=-110, high=0))
   error = _ulps_from_reference(Tensor(x)._exp_at_most_zero().numpy(), x)
-  assert error.max() <= 1.0, f"{(error > 1).sum()} inputs off by more than 1 ulp, e.g. {x[error > 1][:4]}"
+  bound = 1.0 if fuses_multiply_add() else 1.2   # exp's documented error without FMA (minigrad/tensor_unary.py)
+  assert error.max() <= bound, f"{(error > bound).sum()} inputs off by more than {bound} ulp, e.g. {x[error > bound][:4]}"
 
 
 def _torch_rows() -> np.ndarray:

@@ -25,3 +25,14 @@ def assert_same(mine: Tensor, theirs: torch.Tensor, atol: float = 1e-4, rtol: fl
   got, expected = mine.numpy(), theirs.detach().numpy()
   if expected.dtype.kind in "biu": np.testing.assert_array_equal(got, expected)
   else: np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), atol=atol, rtol=rtol, equal_nan=True)
+
+
+def fuses_multiply_add() -> bool:
+  """Does the device under test compute a*b+c with one rounding? Not the CPU devices compiling for an x86 Target
+  without FMA (CPU_TARGET=x86-64: CPUs before 2013): there float32 exp and tanh are within 1.2 ulp rather than 1
+  (minigrad/tensor_unary.py), and float64 fmod/remainder are not exact there (a known bug: x - trunc(x/y)*y needs the fused multiply-add)."""
+  from minigrad.runtime.device import Device
+  from minigrad.target import X86_ARCHS, cpu_target
+  if Device.DEFAULT not in ("CPU", "LLVM"): return True
+  target = cpu_target()
+  return target.arch not in X86_ARCHS or "fma" in target.features
