@@ -16,7 +16,7 @@ import numpy as np
 from minigrad import Tensor, Device
 from minigrad.runtime.device import DEVICE_NAMES
 from minigrad.codegen.kernel import Kernel
-from minigrad.codegen.heuristics import hand_coded_optimizations
+from minigrad.opt.heuristics import hand_coded_optimizations
 from minigrad.codegen.linearizer import linearize_for
 
 # the renderer of each device, importable even where the device can't open (CUDA without a GPU)

@@ -150,7 +150,7 @@ def test_every_matmul_tile_fits_the_registers(target, shape, monkeypatch):
                                     pytest.param(AVX2, id="avx2", marks=pytest.mark.xfail(strict=True, reason=SIXTEEN_REGISTER_TILES)),
                                     pytest.param(SSE2, id="sse2", marks=pytest.mark.xfail(strict=True, reason=SIXTEEN_REGISTER_TILES))])
 def test_matmul_tile_reads_exactly_one_panel(target, monkeypatch):
-  # minigrad.schedule.packing: "the codegen heuristics give such a kernel output tiles of W columns, so each tile
+  # minigrad.schedule.packing: "the heuristics give such a kernel output tiles of W columns, so each tile
   # reads exactly one panel"
   kernel = decide(matmul_product(target, monkeypatch, 1024, 1024, 1024).ast, target)
   panel = next(w for w in cpu_policy.panel_widths(target) if 1024 % w == 0)

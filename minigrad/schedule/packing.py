@@ -20,7 +20,7 @@ The other operand, a in a[i, k], is read one row per tile row and trip of the re
 weight gradient's dy.T, its rows i side by side) with its k rows a multiple of 2 KB apart (so they share a few cache
 sets), it gets a row-major copy instead (see _row_major_plan).
 
-The codegen heuristics give such a kernel output tiles of W columns (with AVX-512: 6 or 4 rows x 4 vectors of 16
+The heuristics (minigrad/opt/heuristics.py) give such a kernel output tiles of W columns (with AVX-512: 6 or 4 rows x 4 vectors of 16
 floats for W = 64, 8 x 2 for W = 32: the tiles with the fewest loads per multiply-add), so each tile reads exactly one
 panel.
 """
@@ -147,7 +147,7 @@ def _row_major_plan(item, load: UOp):
   in a weight gradient dy.T @ x), when it is big and its k rows are a multiple of ALIASED_ROW_BYTES apart. The
   product reads each tile's rows along k, one cache line per trip, all in the same one or two L1 cache sets, which
   the hardware prefetcher doesn't follow (nn.Linear(128, 512)'s weight gradient over 1024 tokens ran at 0.65x
-  torch's speed). The copy writes a row-major, transposing 16x16 blocks (see codegen.heuristics, rule 1b), and the
+  torch's speed). The copy writes a row-major, transposing 16x16 blocks (see opt.heuristics, rule 1b), and the
   product reads each row as one stream (0.88x, the copy included). Rows 1.5 KB apart (384 floats) run as fast
   unpacked."""
   if (operand := _operand(item, load)) is None or len(operand.out_axes) != 1: return None
