@@ -171,21 +171,16 @@ def test_matmul_tile_fits_odd_shapes():
   a, b = arr(36, 32), arr(32, 48)   # 36 rows: a 6-row tile; 48 columns: three vectors
   t = Tensor(a) @ Tensor(b)
   (item,) = t.schedule()
-  kernel = decide(item.ast, AVX512)
-  assert kernel.applied_opts[:3] == [Opt("UPCAST", 1, 16), Opt("UPCAST", 0, 6), Opt("UPCAST", 1, 3)]
-  # 18 accumulators: the statements go row by row, each row's broadcast used by its three vectors in turn
-  updates = [line.split("*")[0].strip() for line in render(kernel).splitlines() if " = acc" in line][:3]
-  assert updates == [f"acc{i} = acc{i}+((val0-(float_v16){{0}})" for i in range(3)], updates
-  out, _ = run_with(t, kernel.applied_opts)
-  np.testing.assert_allclose(out.reshape(36, 48), a @ b, rtol=1e-4, atol=1e-4)
-  # AVX2: 8 lanes and 12 accumulators at most: 48 columns are six vectors, three of them x 4 rows; past 8
-  # accumulators (half of its 16 registers) the statements go row by row too
-  kernel = decide(item.ast, AVX2)
-  assert kernel.applied_opts[:3] == [Opt("UPCAST", 1, 8), Opt("UPCAST", 0, 4), Opt("UPCAST", 1, 3)]
-  updates = [line.split("*")[0].strip() for line in render(kernel).splitlines() if " = acc" in line][:3]
-  assert updates == [f"acc{i} = acc{i}+((val0-(float_v8){{0}})" for i in range(3)], updates
-  out, _ = run_with(t, kernel.applied_opts)
-  np.testing.assert_allclose(out.reshape(36, 48), a @ b, rtol=1e-4, atol=1e-4)
+  # AVX-512: 18 accumulators, 6 rows x 3 vectors of 16. AVX2: 8 lanes and 12 accumulators at most: 48 columns are
+  # six vectors, three of them x 4 rows. Past half the vector registers in accumulators (16 of 32, 8 of 16) the
+  # statements go row by row, each row's broadcast used by its three vectors in turn
+  for target, lanes, rows in ((AVX512, 16, 6), (AVX2, 8, 4)):
+    kernel = decide(item.ast, target)
+    assert kernel.applied_opts[:3] == [Opt("UPCAST", 1, lanes), Opt("UPCAST", 0, rows), Opt("UPCAST", 1, 3)]
+    updates = [line.split("*")[0].strip() for line in render(kernel).splitlines() if " = acc" in line][:3]
+    assert updates == [f"acc{i} = acc{i}+((val0-(float_v{lanes}){{0}})" for i in range(3)], updates
+    out, _ = run_with(t, kernel.applied_opts)
+    np.testing.assert_allclose(out.reshape(36, 48), a @ b, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-4)
   # 20 rows: a 6-row tile would pad them by 20%, so 4 rows it is
   (item,) = (Tensor(arr(20, 32)) @ Tensor(b)).schedule()
