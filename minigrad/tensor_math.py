@@ -462,20 +462,23 @@ class MathMixin(UnaryMixin):
 
 # ---- float division with rounding, torch's algorithms (in float32 for float16/bfloat16, like torch) ----
 def _fmod_float(x: Tensor, y: Tensor) -> Tensor:
-  """C's fmod: x - trunc(x/y) * y, computed in float64, where it is exact for float32 operands while |x/y| <
-  2**29 or so (and for float64 while the quotient is an exact integer); fmod(x, +-inf) = x for finite x."""
-  return _wide2(x, y, lambda a, b: (b.isinf() & a.isfinite()).where(a, a - (a / b).trunc() * b))
+  """C's fmod (the MOD op on floats: fmod/frem, exact), with torch's gradients: 1 for x, -trunc(x/y) for y."""
+  return F.Composite.apply(x, y, fn=lambda a, b: type(a)(a.uop.alu(Ops.MOD, b.uop)),
+                           gradient=lambda grad, out, a, b: (grad, -grad * (a / b).trunc()))
 
 
 def _remainder_float(x: Tensor, y: Tensor) -> Tensor:
-  mod = _fmod_float(x, y)
-  return (mod.ne(0) & (y < 0).ne(mod < 0)).where(mod + y, mod)
+  """torch's remainder (the divisor's sign), with its gradients: 1 for x, -floor_divide(x, y) for y."""
+  def forward(a: Tensor, b: Tensor) -> Tensor:
+    mod = type(a)(a.uop.alu(Ops.MOD, b.uop))
+    return (mod.ne(0) & (b < 0).ne(mod < 0)).where(mod + b, mod)
+  return F.Composite.apply(x, y, fn=forward, gradient=lambda grad, out, a, b: (grad, -grad * _floor_divide_float(a, b)))
 
 
 def _floor_divide_float(x: Tensor, y: Tensor) -> Tensor:
   """torch's floor division: (x - fmod(x, y)) / y, one less when the remainder's sign differs from y's, then
   rounded to the nearest integer; x / y when y is 0."""
-  mod = _fmod_float(x, y)
+  mod = type(x)(x.uop.alu(Ops.MOD, y.uop))
   div = (x - mod) / y
   div = div - (mod.ne(0) & (y < 0).ne(mod < 0)).cast(div.dtype)
   floored = div.floor()

@@ -198,12 +198,23 @@ def test_binary_forward_matches_torch(name, dtype):
     # the float32 result rounded once, which is what torch's scalar path and minigrad compute
     expected = torch_fn(pa.float(), pb.float()).to(pa.dtype)
   else: expected = torch_fn(pa, pb)
-  if name in ("fmod", "remainder") and dtype == "float64" and not fuses_multiply_add():
-    # known bug: without FMA, x - trunc(x/y)*y rounds the product (fmod(-3.0, 0.3) gives 0, not -1.1e-16); this
-    # fails when it is fixed
-    with pytest.raises(AssertionError): assert_matches(got.numpy(), expected.double().numpy(), dtype, 0, what=f"{name} {dtype}")
-    return
   assert_matches(got.numpy(), expected.double().numpy(), dtype, 0, what=f"{name} {dtype}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_remainders_of_huge_quotients_are_exact(dtype):
+  """fmod, % and // where x/y is far past 2**53 (fmod(1e20, 7) is 3: x - trunc(x/y)*y in float64 gave -2048), and
+  the gradients torch gives: -trunc(x/y) and -floor(x/y) for the divisor."""
+  a, b = np.array([1e30, -3.0, 1e20, 123456789.0, -1e25, 5.0]), np.array([3.0, 0.3, 7.0, 0.1, 0.7, -1e-20])
+  for fn in (Tensor.fmod, Tensor.remainder, Tensor.floor_divide):
+    x, y = (Tensor(v.astype(dtype), requires_grad=fn is not Tensor.floor_divide) for v in (a, b))
+    px, py = (torch.tensor(v.astype(dtype), requires_grad=fn is not Tensor.floor_divide) for v in (a, b))
+    got, expected = fn(x, y), getattr(torch, fn.__name__)(px, py)
+    assert_matches(got.numpy(), expected.detach().double().numpy(), dtype, 0, what=f"{fn.__name__} {dtype}")
+    if fn is Tensor.floor_divide: continue
+    got.sum().backward()
+    expected.sum().backward()
+    for mine, theirs in ((x, px), (y, py)): np.testing.assert_array_equal(mine.grad.numpy(), theirs.grad.numpy(), err_msg=fn.__name__)
 
 
 def test_half_arithmetic_rounds_after_every_op_like_torch():

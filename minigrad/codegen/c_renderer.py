@@ -16,6 +16,12 @@ from minigrad.uop.symbolic import split_terms, _coefficient
 from minigrad.codegen.cpu_patterns import EXP2_POLY, prefetches, simd_idioms
 
 
+def _render_mod(a: str, b: str, dt: DType) -> str:
+  """Integers: C's %. Floats: fmod, exact (the remainder of a float division is representable)."""
+  if not dtypes.is_float(dt): return f"({a}%{b})"
+  return f"{'fmod' if dt == dtypes.float64 else 'fmodf'}({a},{b})"
+
+
 class CRenderer:
   device = "CPU"
   kernel_prefix = ""
@@ -36,7 +42,7 @@ class CRenderer:
     Ops.TRUNC: lambda x, dt: f"{'trunc' if dt == dtypes.float64 else 'truncf'}({x})",
     Ops.RECIP: lambda x, dt: f"(1.0{'' if dt == dtypes.float64 else 'f'}/{x})",
     Ops.ADD: lambda a, b, dt: f"({a}+{b})", Ops.MUL: lambda a, b, dt: f"({a}*{b})",
-    Ops.IDIV: lambda a, b, dt: f"({a}/{b})", Ops.MOD: lambda a, b, dt: f"({a}%{b})", Ops.FDIV: lambda a, b, dt: f"({a}/{b})",
+    Ops.IDIV: lambda a, b, dt: f"({a}/{b})", Ops.MOD: _render_mod, Ops.FDIV: lambda a, b, dt: f"({a}/{b})",
     # max propagates NaN (as torch does): a wins if it is NaN or bigger, else b (which may be NaN)
     Ops.MAX: lambda a, b, dt: f"((({a}!={a})|({a}>{b}))?{a}:{b})" if dtypes.is_float(dt) else f"(({a}<{b})?{b}:{a})",
     Ops.CMPLT: lambda a, b, dt: f"({a}<{b})", Ops.CMPNE: lambda a, b, dt: f"({a}!={b})",

@@ -26,7 +26,8 @@ class OpenCLRenderer(GPURenderer):
   memory_type_names = {dtypes.bool: "uchar"}
   code_for_op = {**GPURenderer.code_for_op,
                  Ops.SQRT: lambda x, dt: f"sqrt({x})", Ops.EXP2: lambda x, dt: f"exp2({x})", Ops.LOG2: lambda x, dt: f"log2({x})",
-                 Ops.SIN: lambda x, dt: f"sin({x})", Ops.TRUNC: lambda x, dt: f"trunc({x})"}
+                 Ops.SIN: lambda x, dt: f"sin({x})", Ops.TRUNC: lambda x, dt: f"trunc({x})",
+                 Ops.MOD: lambda a, b, dt: f"fmod({a},{b})" if dtypes.is_float(dt) else f"({a}%{b})"}
 
   def render_special(self, u: UOp) -> str:
     kind = "get_group_id" if u.arg[0].startswith("gidx") else "get_local_id"

@@ -35,7 +35,7 @@ SCALAR_TYPES: dict[DType, str] = {
 FLOAT_TYPES = (dtypes.float16, dtypes.float32, dtypes.float64)   # bfloat16 is an i16 word here
 SMALL_INTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
 # float ops: the `contract` flag lets a multiply and an add become one fused multiply-add, like -ffp-contract=fast
-FLOAT_BINARY = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv"}
+FLOAT_BINARY = {Ops.ADD: "fadd", Ops.MUL: "fmul", Ops.FDIV: "fdiv", Ops.MOD: "frem"}   # frem is C's fmod
 
 
 def contract(u: UOp) -> str:
@@ -416,7 +416,7 @@ class _FunctionWriter:
 
   def float_alu(self, u: UOp, args: list[str]) -> str:
     op, ty = u.op, llvm_type(u.dtype)
-    if op in FLOAT_BINARY: return self.emit(u, f"{FLOAT_BINARY[op]}{contract(u) if op is not Ops.FDIV else ''} {ty} {args[0]}, {args[1]}")
+    if op in FLOAT_BINARY: return self.emit(u, f"{FLOAT_BINARY[op]}{contract(u) if op in (Ops.ADD, Ops.MUL) else ''} {ty} {args[0]}, {args[1]}")
     if op is Ops.NEG: return self.emit(u, f"fneg {ty} {args[0]}")
     if op is Ops.RECIP: return self.emit(u, f"fdiv {ty} {const_text(1.0, u.dtype)}, {args[0]}")
     if op is Ops.MULACC:

@@ -72,8 +72,9 @@ def _c_div(a: int, b: int) -> int:
   return q if (a < 0) == (b < 0) else -q
 
 
-def _c_mod(a: int, b: int) -> int:
-  """C remainder: takes the dividend's sign."""
+def _c_mod(a: int | float, b: int | float) -> int | float:
+  """C remainder (fmod for floats): takes the dividend's sign."""
+  if isinstance(a, float) or isinstance(b, float): return math.fmod(a, b) if b != 0 and not math.isinf(a) else math.nan
   return a - _c_div(a, b) * b if b != 0 else 0
 
 
