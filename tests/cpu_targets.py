@@ -76,9 +76,11 @@ def tile_of(kernel: Kernel) -> tuple[int, int]:
 
 def pin_policy_target(monkeypatch, target: Target) -> None:
   """Make the schedule-time policy (minigrad.schedule.packing, minigrad.nn.conv) read `target` instead of the CPU
-  device's Target."""
+  device's Target; schedules recorded for another Target are not reused meanwhile."""
   import minigrad.nn.conv as conv
   import minigrad.schedule.packing as packing
+  import minigrad.schedule.reuse as reuse
+  monkeypatch.setattr(reuse, "recipes", {})
   monkeypatch.setattr(packing, "cpu_target", lambda *args, **kwargs: target)
   monkeypatch.setattr(conv, "cpu_target", lambda *args, **kwargs: target)
 

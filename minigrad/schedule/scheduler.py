@@ -24,6 +24,7 @@ the reduce axes set to 1; each side reduce has dims of its own after those, wher
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
+import time
 import weakref
 from minigrad.dtype import dtypes
 from minigrad.helpers import prod
@@ -32,6 +33,7 @@ from minigrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from minigrad.uop.shapetracker import ShapeTracker, View, row_major_strides
 from minigrad.schedule.packing import pack_operands
 from minigrad.schedule.multi_output import merge_elementwise
+from minigrad.schedule import reuse
 
 
 @dataclass(frozen=True)
@@ -325,10 +327,23 @@ class _KernelBuilder:
 
 def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, UOp]]:
   """Kernels (in run order) that compute `targets`; what each target becomes once they ran; and the nodes
-  those kernels store, for `mark_realized` to record after the run (never before: a schedule may not run)."""
+  those kernels store, for `mark_realized` to record after the run (never before: a schedule may not run).
+  A graph of a structure scheduled before gets that schedule on its own buffers (minigrad.schedule.reuse)."""
   # reuse what earlier schedules computed: one walk over all the targets' graphs, which mostly overlap (a training
   # step's weights and optimizer state share the whole backward graph)
-  rewritten = dict(zip(targets, graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(targets)), _use_realized).src)) if realized else {t: t for t in targets}
+  graphs = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(targets)), _use_realized).src if realized else targets
+  structure = reuse.Structure(list(graphs))
+  if (found := reuse.replay(structure, ScheduleItem)) is not None:
+    items, becomes, stored = found
+    return items, dict(zip(targets, becomes)), stored
+  start = time.perf_counter()
+  items, becomes, stored = _schedule(dict(zip(targets, graphs)))
+  reuse.record(structure, items, [becomes[t] for t in targets], stored, time.perf_counter() - start)
+  return items, becomes, stored
+
+
+def _schedule(rewritten: dict[UOp, UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, UOp]]:
+  """create_schedule for targets (keys) whose graphs (values) read earlier results from their buffers."""
   roots = list(dict.fromkeys(r for t in rewritten.values() if (r := _to_compute(t)) is not None))
   if not roots: return [], rewritten, {}
   fusion = _Fusion(roots)

@@ -1,0 +1,119 @@
+"""Schedule reuse: a graph of a structure scheduled before is not scheduled again.
+
+A training loop builds the same graph every step: the same ops, shapes, dtypes and devices over new buffers
+(this step's batch, last step's weights). The scheduler's decisions depend only on that structure, so the second
+time a structure comes, its schedule is the first one's with the buffers swapped.
+
+Input: the graph to schedule (the targets, after earlier results were substituted in). Output: a `Structure` (the
+graph's nodes in a fixed walk order and a key that is equal for two graphs exactly when they have the same
+structure), and, for a key seen before, the schedule rebuilt on this graph's buffers.
+
+The key lists every node once, in post-order: its op, dtype, arg and the positions of its sources. A BUFFER is a
+parameter: its device, size and dtype, not its identity. Two nodes that are one node in one graph (the same
+sub-expression built twice over the same inputs) must be one node in the other: positions say so. Constants are
+part of the key (they are compiled into the kernels); values that change every step (a learning rate, Adam's
+bias corrections) live in buffers.
+
+A recorded schedule (`Recipe`) holds no node of any tensor graph, only positions in the walk and the shapes of
+the buffers the scheduler created, so it keeps no user's memory alive. The MAX_RECIPES most recently used are kept.
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+from typing import Any, Callable
+import time
+from minigrad.helpers import DEBUG
+from minigrad.uop.ops import UOp, Ops, _arg_tag
+
+MAX_RECIPES = 256
+
+
+class Structure:
+  """The nodes reachable from `roots` (stopping at BUFFERs) in a fixed post-order walk, and the key of the graph."""
+  def __init__(self, roots: list[UOp]):
+    index: dict[UOp, int] = {}
+    entries: list[tuple] = []
+    stack: list[tuple[UOp, bool]] = [(r, False) for r in reversed(roots)]
+    while stack:
+      node, sources_done = stack.pop()
+      if node in index: continue
+      if node.op is Ops.BUFFER: entries.append((Ops.BUFFER, node.dtype, node.src[0].arg, node.arg[1]))
+      elif not sources_done:
+        stack.append((node, True))
+        stack.extend((s, False) for s in reversed(node.src) if s not in index)
+        continue
+      else: entries.append((node.op, node.dtype, node.arg, _arg_tag(node.arg), tuple(index[s] for s in node.src)))
+      index[node] = len(index)
+    self.index, self.nodes = index, list(index)
+    self.key = (tuple(index[r] for r in roots), tuple(entries))
+
+
+# a value of the schedule's results, relative to a graph: ("node", position in the walk), ("buffer", slot) or
+# ("view", slot, dtype, ShapeTracker) for a VIEW of a buffer; a slot >= 0 is a position in the walk (a BUFFER of
+# the graph), a slot < 0 a buffer the scheduler created (-1 - its index in Recipe.new_buffers)
+Value = tuple
+
+
+@dataclass(frozen=True)
+class Recipe:
+  items: tuple[tuple[UOp, tuple[int, ...], int], ...]   # per kernel: its AST, the slots of its buffers, outputs
+  new_buffers: tuple[tuple[str, int, Any], ...]         # (device, size, dtype) of each buffer the scheduler created
+  becomes: tuple[Value, ...]                            # per target: what it becomes
+  stored: tuple[tuple[int, Value], ...]                 # (walk position of a computed node, the buffer view holding it)
+  seconds: float                                        # what scheduling the structure took the first time
+  uses: list[int]                                       # how often it was reused (one counter, mutable)
+
+
+recipes: dict[tuple, Recipe] = {}
+
+
+def record(structure: Structure, items: list, becomes: list[UOp], stored: dict[UOp, UOp], seconds: float) -> None:
+  """Remember a schedule of `structure`: its items (ScheduleItems), the value each target becomes and the stored
+  nodes. A schedule whose values can't be said in terms of positions and slots is not kept."""
+  new_slots: dict[UOp, int] = {}
+  new_buffers: list[tuple[str, int, Any]] = []
+
+  def slot(buffer: UOp) -> int:
+    if (position := structure.index.get(buffer)) is not None: return position
+    if buffer not in new_slots:
+      new_slots[buffer] = -1 - len(new_buffers)
+      new_buffers.append((buffer.device, buffer.arg[1], buffer.dtype))
+    return new_slots[buffer]
+
+  def value(u: UOp) -> Value | None:
+    if u in structure.index: return ("node", structure.index[u])
+    if u.op is Ops.BUFFER: return ("buffer", slot(u))
+    if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER: return ("view", slot(u.src[0]), u.dtype, u.arg)
+    return None
+
+  recipe_items = tuple((item.ast, tuple(slot(b) for b in item.bufs), item.outputs) for item in items)
+  becomes_values = tuple(value(u) for u in becomes)
+  stored_values = tuple((structure.index.get(node, -1), value(view)) for node, view in stored.items())
+  if None in becomes_values or any(p < 0 or v is None for p, v in stored_values): return
+  recipes[structure.key] = Recipe(recipe_items, tuple(new_buffers), becomes_values, stored_values, seconds, [0])
+  while len(recipes) > MAX_RECIPES: del recipes[next(iter(recipes))]
+
+
+def replay(structure: Structure, make_item: Callable[..., Any]) -> tuple[list, list[UOp], dict[UOp, UOp]] | None:
+  """The schedule recorded for this structure, on this graph's buffers: (items, what each target becomes, stored
+  nodes), with new buffers for what the scheduler created; None if the structure wasn't seen (or was forgotten)."""
+  if (recipe := recipes.pop(structure.key, None)) is None: return None
+  recipes[structure.key] = recipe   # the most recently used last
+  start = time.perf_counter()
+  nodes = structure.nodes
+  created = [UOp.new_buffer(device, size, dtype) for device, size, dtype in recipe.new_buffers]
+
+  def buffer(slot: int) -> UOp: return nodes[slot] if slot >= 0 else created[-1 - slot]
+
+  def value(v: Value) -> UOp:
+    if v[0] == "node": return nodes[v[1]]
+    if v[0] == "buffer": return buffer(v[1])
+    return UOp(Ops.VIEW, v[2], (buffer(v[1]),), v[3])
+
+  items = [make_item(ast, tuple(buffer(s) for s in slots), outputs) for ast, slots, outputs in recipe.items]
+  becomes = [value(v) for v in recipe.becomes]
+  stored = {nodes[position]: value(v) for position, v in recipe.stored}
+  recipe.uses[0] += 1
+  if DEBUG >= 2:
+    print(f"schedule: reused a structure of {len(nodes)} nodes, {len(items)} kernels (use {recipe.uses[0] + 1}): "
+          f"{(time.perf_counter() - start) * 1e3:.2f} ms, first built in {recipe.seconds * 1e3:.2f} ms")
+  return items, becomes, stored

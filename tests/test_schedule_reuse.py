@@ -1,0 +1,130 @@
+"""Eager reuse: a graph of a structure seen before gets the first schedule on its own buffers
+(minigrad/schedule/reuse.py), and keyed Composite functions copy a graph built once (minigrad/function.py). The
+answers must be the new data's, every time: checked against numpy and torch on the device under test."""
+import gc
+import weakref
+import numpy as np
+import pytest
+import torch
+from minigrad import Tensor, nn
+from minigrad.helpers import DEBUG, GlobalCounters
+from minigrad.nn.state import get_parameters
+from minigrad.schedule import reuse
+import minigrad.function as F
+
+
+@pytest.fixture(autouse=True)
+def fresh_recipes(monkeypatch):
+  monkeypatch.setattr(reuse, "recipes", {})
+
+
+def data(*shape, seed=0):
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def uses() -> list[int]: return [r.uses[0] for r in reuse.recipes.values()]
+
+
+def test_a_structure_seen_again_gets_its_schedule_on_the_new_data():
+  def program(a, b): return ((a * 2 + b[0]).relu() @ b.T).sum(1)
+  for seed in range(3):
+    a, b = data(8, 16, seed=seed), data(4, 16, seed=seed + 10)
+    expected = program(torch.tensor(a), torch.tensor(b)).numpy()
+    np.testing.assert_allclose(program(Tensor(a), Tensor(b)).numpy(), expected, rtol=1e-5, atol=1e-5)
+  # one structure for the product, one for .numpy()'s copy-free read of it: each scheduled once, reused twice
+  assert uses() and all(n == 2 for n in uses()), uses()
+
+
+def test_which_inputs_are_the_same_tensor_is_part_of_the_structure():
+  a, b = Tensor(data(16)), Tensor(data(16, seed=1))
+  np.testing.assert_allclose((a + a).numpy(), data(16) * 2)
+  np.testing.assert_allclose((a + b).numpy(), data(16) + data(16, seed=1))
+  np.testing.assert_allclose((b + b).numpy(), data(16, seed=1) * 2)
+
+
+def test_constants_are_part_of_the_structure():
+  x = data(32)
+  for k in (2.0, 3.0, -0.0, 2.0):
+    np.testing.assert_array_equal((Tensor(x) * k).numpy(), x * np.float32(k))
+
+
+def test_a_realized_intermediate_is_read_not_recomputed():
+  """y = exp(x) is computed with its sum; a later graph over y reads y's buffer: one kernel, each time."""
+  counts = []
+  for seed in range(3):
+    x = data(64, seed=seed)
+    y = Tensor(x).exp()
+    total = y.sum()
+    total.realize()
+    GlobalCounters.reset()
+    np.testing.assert_allclose((y * 2).numpy(), np.exp(x) * 2, rtol=1e-6)
+    counts.append(GlobalCounters.kernel_count)
+    np.testing.assert_allclose(total.item(), np.exp(x).sum(), rtol=1e-5)
+  assert counts[0] == counts[1] == counts[2] == 1, counts
+
+
+def test_a_plain_training_loop_matches_torch_with_a_learning_rate_change():
+  """Adam steps in a plain loop (each step's schedule reused), the learning rate changed between steps: the
+  weights follow torch's."""
+  rng = np.random.default_rng(0)
+  w1, w2 = rng.standard_normal((16, 8)).astype(np.float32) * 0.3, rng.standard_normal((3, 16)).astype(np.float32) * 0.3
+  layers = [nn.Linear(8, 16, bias=False), nn.Linear(16, 3, bias=False)]
+  layers[0].weight, layers[1].weight = Tensor(w1, requires_grad=True), Tensor(w2, requires_grad=True)
+  opt = nn.optim.Adam(get_parameters(layers), lr=0.01)
+  tw1, tw2 = torch.tensor(w1, requires_grad=True), torch.tensor(w2, requires_grad=True)
+  topt = torch.optim.Adam([tw1, tw2], lr=0.01)
+  for step in range(5):
+    x, y = rng.standard_normal((4, 8)).astype(np.float32), rng.integers(0, 3, 4)
+    if step == 3: opt.lr, topt.param_groups[0]["lr"] = 0.05, 0.05
+    with Tensor.train():
+      loss = nn.functional.cross_entropy(layers[1](layers[0](Tensor(x)).relu()), Tensor(y.astype(np.int32)))
+      opt.zero_grad()
+      loss.backward()
+      opt.step()
+    tloss = torch.nn.functional.cross_entropy(torch.relu(torch.tensor(x) @ tw1.T) @ tw2.T, torch.tensor(y))
+    topt.zero_grad()
+    tloss.backward()
+    topt.step()
+    np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(layers[0].weight.numpy(), tw1.detach().numpy(), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(layers[1].weight.numpy(), tw2.detach().numpy(), rtol=1e-4, atol=1e-5)
+  assert max(uses()) >= 3, uses()
+
+
+def test_a_kept_schedule_keeps_no_buffer_alive():
+  a = Tensor(data(256))
+  (a + 1).numpy()
+  (Tensor(data(256, seed=1)) + 1).numpy()   # reused
+  node = weakref.ref(a.uop.base)
+  del a
+  gc.collect()
+  assert node() is None
+
+
+def test_debug_2_says_when_a_structure_was_reused(capsys, monkeypatch):
+  monkeypatch.setattr(DEBUG, "value", 2)
+  for seed in range(2): (Tensor(data(8, seed=seed)) * 3).realize()
+  assert "reused a structure" in capsys.readouterr().out
+
+
+def test_a_keyed_composite_copies_its_graph_onto_any_input_view():
+  """The graph built on a stand-in is rebuilt over the input, movement ops included: a transposed or broadcast
+  input, and another shape, give their own answers."""
+  def forward(t): return (t.T.reshape(-1) * 2).exp()
+  def apply(t): return F.Composite.apply(t, fn=forward, gradient=lambda grad, y, x: (None,), key=forward)
+  x = data(3, 4)
+  for value, tensor in [(x, Tensor(x)), (x.T, Tensor(x).T), (np.broadcast_to(x[:1], (3, 4)), Tensor(x[:1]).expand(3, 4)),
+                        (data(5, 2), Tensor(data(5, 2)))]:
+    np.testing.assert_allclose(apply(tensor).numpy(), np.exp(value.T.reshape(-1) * 2), rtol=1e-6)
+  assert sum(key[0] is forward for key in F.templates) == 3   # inputs of shape (3, 4), (4, 3) and (5, 2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_primitives_built_from_templates_match_torch(dtype):
+  x = np.linspace(-20, 20, 257).astype(dtype)
+  for name in ("exp", "log", "sin", "tanh", "sigmoid"):
+    arg = np.abs(x) + 0.5 if name == "log" else x
+    for _ in range(2):   # the second time from the template
+      got = getattr(Tensor(arg), name)().numpy().astype(np.float64)
+      expected = getattr(torch.tensor(arg).float(), name)().to(getattr(torch, dtype)).double().numpy()
+      np.testing.assert_allclose(got, expected, rtol=2e-3 if dtype == "float16" else 2e-6, atol=1e-7, err_msg=name)
