@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 import math
+import struct
 import numpy as np
 from minigrad.helpers import cached_hash
 
@@ -76,13 +77,13 @@ class dtypes:
   index = int32
 
   @staticmethod
-  def is_float(dt: DType) -> bool: return dt.scalar() in FLOATS
+  def is_float(dt: DType) -> bool: return dt.scalar() in _FLOAT_SET
   @staticmethod
-  def is_int(dt: DType) -> bool: return dt.scalar() in INTS
+  def is_int(dt: DType) -> bool: return dt.scalar() in _INT_SET
   @staticmethod
-  def is_unsigned(dt: DType) -> bool: return dt.scalar() in UNSIGNED
+  def is_unsigned(dt: DType) -> bool: return dt.scalar() in _UNSIGNED_SET
   @staticmethod
-  def is_bool(dt: DType) -> bool: return dt.scalar() == dtypes.bool
+  def is_bool(dt: DType) -> bool: return dt.scalar() is dtypes.bool or dt.scalar() == dtypes.bool
 
   @staticmethod
   def from_py(x: Any) -> DType:
@@ -123,6 +124,7 @@ SIGNED = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 INTS = UNSIGNED + SIGNED
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 ALL_DTYPES = (dtypes.bool,) + INTS + FLOATS
+_FLOAT_SET, _INT_SET, _UNSIGNED_SET = frozenset(FLOATS), frozenset(INTS), frozenset(UNSIGNED)   # the dtype tests' lookups
 # native-order numpy dtype -> the first DType of ALL_DTYPES stored as it (reversed: the first one is written last)
 _FROM_NUMPY: dict[np.dtype, DType] = {np.dtype(d.fmt): d for d in reversed(ALL_DTYPES) if d.fmt is not None}
 # torch / numpy spellings and the C-like names of tinygrad
@@ -247,5 +249,7 @@ def truncate(value: Any, dt: DType) -> Any:
   if not math.isfinite(v): return v
   if dt.scalar() == dtypes.bfloat16: return round_to_bfloat16(v)
   if dt.scalar() in (dtypes.float32, dtypes.float16):
-    with np.errstate(over="ignore"): return float(np.array(v, dtype=to_numpy(dt.scalar())))
+    # struct rounds to nearest even like numpy; it raises when the rounded value is out of range: an infinity
+    try: return struct.unpack(dt.scalar().fmt, struct.pack(dt.scalar().fmt, v))[0]
+    except OverflowError: return math.copysign(math.inf, v)
   return v

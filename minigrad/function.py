@@ -6,9 +6,10 @@ these, so its gradient comes for free; gradients are Tensor ops too, so backward
 """
 from __future__ import annotations
 from typing import Any, TYPE_CHECKING
+import functools
 import math
 from minigrad.dtype import DType
-from minigrad.uop.ops import UOp, Ops
+from minigrad.uop.ops import UOp, Ops, toposort
 from minigrad.uop.shapetracker import ShapeTracker
 if TYPE_CHECKING: from minigrad.tensor import Tensor
 
@@ -213,7 +214,13 @@ def const_uop(value: Any, dtype: DType, device: str, shape: tuple[int, ...]) -> 
   """A constant tensor-graph node of `shape`: one CONST, expanded by a VIEW (no memory)."""
   const = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), UOp.const(dtype, value).arg)
   if not shape: return const
-  return UOp(Ops.VIEW, dtype, (const,), ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape))
+  return UOp(Ops.VIEW, dtype, (const,), _broadcast_scalar(shape))
+
+
+@functools.lru_cache(maxsize=4096)
+def _broadcast_scalar(shape: tuple[int, ...]) -> ShapeTracker:
+  """The view that shows one value at every position of `shape`."""
+  return ShapeTracker.from_shape(()).reshape((1,) * len(shape)).expand(shape)
 
 
 def backpropagate(root: Tensor, root_grad: Tensor) -> dict[int, Tensor]:
@@ -276,12 +283,72 @@ class Composite(Function):
   """A function whose forward is any graph of Tensor ops, built for accuracy (e.g. computed in float64, or
   with cancellation-free formulas), and whose gradient is a formula beside it, so backward never
   differentiates through the forward's internals: `Composite.apply(x, fn=lambda x: ..., gradient=lambda grad,
-  y, x: (grad * dy_dx,))`. `gradient(grad, output, *inputs)` returns one gradient (or None) per input."""
-  def forward(self, *xs: UOp, fn: Any, gradient: Any) -> UOp:
-    from minigrad.tensor import Tensor
-    with Tensor.no_grad(): self.ret = fn(*(Tensor(x) for x in xs)).uop
+  y, x: (grad * dy_dx,))`. `gradient(grad, output, *inputs)` returns one gradient (or None) per input.
+  With a `key` (any hashable naming what fn computes), the forward graph is built once per key and input
+  shapes, dtypes and devices, and then copied onto the inputs (see Template): exp's polynomial costs a copy of
+  its nodes instead of dozens of Tensor ops."""
+  def forward(self, *xs: UOp, fn: Any, gradient: Any, key: Any = None) -> UOp:
+    self.ret = _build(fn, xs)[0] if key is None else _template(key, fn, xs).on(xs)[0]
     self.xs, self.gradient = xs, gradient
     return self.ret
   def backward(self, grad: Tensor) -> tuple[Tensor | None, ...]:
     grads = self.gradient(grad, self.tensor(self.ret), *(self.tensor(x) for x in self.xs))
     return tuple(g if needed else None for g, needed in zip(grads, self.needs_grad))
+
+
+def templated(key: Any, fn: Any, *inputs: Tensor) -> tuple[Tensor, ...]:
+  """fn(*inputs) (a Tensor or a tuple of them), without gradients, from a graph built once per `key` (a hashable
+  naming what fn computes, with every value it reads besides its inputs) and input shapes, dtypes and devices,
+  then copied onto the inputs (see Template). An optimizer's update is a few dozen Tensor ops per parameter."""
+  from minigrad.tensor import Tensor
+  xs = tuple(t.uop for t in inputs)
+  return tuple(Tensor(u) for u in _template(key, fn, xs).on(xs))
+
+
+def _template(key: Any, fn: Any, xs: tuple[UOp, ...]) -> Template:
+  signature = (key, tuple((x.shape, x.dtype, x.device) for x in xs))
+  if (template := templates.pop(signature, None)) is None: template = Template(fn, xs)
+  templates[signature] = template   # the most recently used last
+  while len(templates) > MAX_TEMPLATES: del templates[next(iter(templates))]
+  return template
+
+
+def _build(fn: Any, xs: tuple[UOp, ...]) -> tuple[UOp, ...]:
+  from minigrad.tensor import Tensor
+  with Tensor.no_grad(): out = fn(*(Tensor(x) for x in xs))
+  return tuple(t.uop for t in out) if isinstance(out, tuple) else (out.uop,)
+
+
+class Template:
+  """A forward graph built on stand-ins for the inputs (one CONTIGUOUS node of each input's shape over a buffer
+  that is never allocated), kept as the nodes that depend on them in topological order. `on(xs)` rebuilds those
+  nodes over the real inputs; a VIEW of a stand-in becomes one VIEW of the input's base, as a movement op on
+  the input would have made it."""
+  def __init__(self, fn: Any, xs: tuple[UOp, ...]):
+    self.stand_ins = tuple(UOp(Ops.CONTIGUOUS, x.dtype, (_unallocated(x),)) for x in xs)
+    self.outputs = _build(fn, self.stand_ins)
+    dependent = set(self.stand_ins)
+    self.order: list[UOp] = []
+    for node in toposort(list(self.outputs), enter=lambda n: n not in dependent):
+      if node not in dependent and any(s in dependent for s in node.src):
+        dependent.add(node)
+        self.order.append(node)
+
+  def on(self, xs: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    built: dict[UOp, UOp] = dict(zip(self.stand_ins, xs))
+    for node in self.order:
+      src = tuple(built.get(s, s) for s in node.src)
+      if node.op is Ops.VIEW and src[0].op is Ops.VIEW:
+        base, st = src[0].src[0], src[0].arg + node.arg
+        built[node] = base if st.contiguous and st.shape == base.shape else UOp(Ops.VIEW, node.dtype, (base,), st)
+      else: built[node] = node.replace(src=src)
+    return tuple(built.get(out, out) for out in self.outputs)
+
+
+def _unallocated(x: UOp) -> UOp:
+  buffer = UOp.new_buffer(x.device, math.prod(x.shape), x.dtype)
+  return UOp(Ops.VIEW, x.dtype, (buffer,), ShapeTracker.from_shape(x.shape))
+
+
+templates: dict[tuple, Template] = {}   # (key, input signature) -> Template, the MAX_TEMPLATES most recently used
+MAX_TEMPLATES = 1024

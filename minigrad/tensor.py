@@ -287,6 +287,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
 
   def expand(self, *shape: Any) -> Tensor:
     new_shape = _shape_args(shape)
+    if new_shape == self.shape: return self
     if len(new_shape) < self.ndim: raise RuntimeError(f"expand: target shape {new_shape} has fewer dims than {self.shape}")
     old = (1,) * (len(new_shape) - self.ndim) + self.shape
     for i, n in enumerate(new_shape):

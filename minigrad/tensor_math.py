@@ -76,9 +76,11 @@ class MathMixin(UnaryMixin):
       if other.device != self.device: raise RuntimeError(f"tensors on different devices: {self.device} and {other.device}")
       dt = result_type(_operand(self), _operand(other))
       x, y = self.cast(dt), other.cast(dt)
-    elif isinstance(other, Number):
+    elif isinstance(other, Number):   # the constant is made in the tensor's shape: no broadcasting to do
       dt = result_type(_operand(self), other)
-      x, y = self.cast(dt), self._const(other, dt)
+      x = self.cast(dt)
+      y = type(self)(const_uop(other, dt, self.device, x.shape))
+      return (y, x) if reverse else (x, y)
     else: raise TypeError(f"unsupported operand type for a Tensor op: {type(other).__name__}")
     if x.shape != y.shape:
       shape = broadcast_shape(x.shape, y.shape)

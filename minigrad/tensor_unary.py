@@ -122,6 +122,11 @@ def exp_forward(x: Tensor, at_most_zero: bool = False) -> Tensor:
   return underflows.where(0.0, exp_r * power_of_two(n1) * power_of_two(n - n1))
 
 
+def _exp_at_most_zero_forward(x: Tensor) -> Tensor: return exp_forward(x, at_most_zero=True)
+def _log_forward(x: Tensor) -> Tensor: return _log2_of(x) * LN2
+def _log10_forward(x: Tensor) -> Tensor: return _log2_of(x) * (LN2 / math.log(10))
+
+
 def expm1_forward(x: Tensor) -> Tensor:
   """x + x^2 Q(x) for |x| < 0.5 (a fitted polynomial: exp(x) - 1 would cancel there), exp(x) - 1 beyond."""
   small = x.abs() < 0.5
@@ -224,19 +229,21 @@ class UnaryMixin:
 
   def _primitive(self, forward: Callable[[Tensor], Tensor], derivative: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
     """A differentiable elementwise function: `forward` (in float32 for float16/bfloat16) and its derivative
-    `derivative(x, y)` in terms of the input x and the output y."""
-    return F.Composite.apply(self._float(), fn=lambda x: x._opmath(forward), gradient=lambda grad, y, x: (grad * derivative(x, y),))
+    `derivative(x, y)` in terms of the input x and the output y. `forward` must be a module-level function: it
+    keys the graphs built once and copied onto each input (minigrad.function.Composite)."""
+    return F.Composite.apply(self._float(), fn=lambda x: x._opmath(forward), gradient=lambda grad, y, x: (grad * derivative(x, y),),
+                             key=forward)
 
   # ---- exponentials and logarithms ----
   def exp(self) -> Tensor: return self._primitive(exp_forward, lambda x, y: y)
   def _exp_at_most_zero(self) -> Tensor:
     """exp of a tensor known to hold values <= 0 or NaN (softmax's x - max): a few operations fewer."""
-    return self._primitive(lambda x: exp_forward(x, at_most_zero=True), lambda x, y: y)
+    return self._primitive(_exp_at_most_zero_forward, lambda x, y: y)
   def exp2(self) -> Tensor: return self._float()._alu(Ops.EXP2)
   def expm1(self) -> Tensor: return self._primitive(expm1_forward, lambda x, y: y + 1)
-  def log(self) -> Tensor: return self._primitive(lambda x: _log2_of(x) * LN2, lambda x, y: 1 / x)
+  def log(self) -> Tensor: return self._primitive(_log_forward, lambda x, y: 1 / x)
   def log2(self) -> Tensor: return self._float()._alu(Ops.LOG2)
-  def log10(self) -> Tensor: return self._primitive(lambda x: _log2_of(x) * (LN2 / math.log(10)), lambda x, y: 1 / (x * math.log(10)))
+  def log10(self) -> Tensor: return self._primitive(_log10_forward, lambda x, y: 1 / (x * math.log(10)))
   def log1p(self) -> Tensor: return self._primitive(log1p_forward, lambda x, y: 1 / (x + 1))
   def sqrt(self) -> Tensor: return self._float()._alu(Ops.SQRT)
   def rsqrt(self) -> Tensor: return self._opmath(lambda x: x.sqrt().reciprocal())

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 import math
 import numpy as np
+import minigrad.function as F
 from minigrad.tensor import Tensor
 from minigrad.nn.state import assign
 from minigrad.engine.realize import buffer_of
@@ -130,17 +131,24 @@ class _AdamBase(Optimizer):
   def _decoupled_decay(self) -> bool: return False
 
   def _update(self, index: int, param: Tensor, grad: Tensor) -> list[tuple[Tensor, Tensor]]:
-    (beta1, beta2), lr = self.betas, self._lr_like(param)
+    m, v = self.exp_avg[index], self.exp_avg_sq[index]
+    # the update's graph is built once per parameter shape and copied (minigrad.function.templated): the key names
+    # every setting _adam_math reads
+    key = (type(self), "adam", self.betas, self.eps, self.weight_decay)
+    new_param, new_m, new_v = F.templated(key, self._adam_math, param, grad, m, v, self.lr_tensor, self.beta1_power, self.beta2_power)
+    return [(self.params[index], new_param), (m, new_m), (v, new_v)]
+
+  def _adam_math(self, param: Tensor, grad: Tensor, m: Tensor, v: Tensor, lr: Tensor, beta1_power: Tensor,
+                 beta2_power: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    (beta1, beta2), lr = self.betas, lr.cast(param.dtype)
     if self.weight_decay and self._decoupled_decay(): param = param * (1 - lr * self.weight_decay)   # AdamW
     elif self.weight_decay: grad = grad + param * self.weight_decay                                     # Adam (L2)
-    m, v = self.exp_avg[index], self.exp_avg_sq[index]
     new_m = m + (grad - m) * (1 - beta1)
     new_v = v * beta2 + grad * grad * (1 - beta2)
-    bias_correction1 = 1 - (self.beta1_power * beta1).cast(param.dtype)
-    bias_correction2_sqrt = (1 - (self.beta2_power * beta2).cast(param.dtype)).sqrt()
+    bias_correction1 = 1 - (beta1_power * beta1).cast(param.dtype)
+    bias_correction2_sqrt = (1 - (beta2_power * beta2).cast(param.dtype)).sqrt()
     denom = new_v.sqrt() / bias_correction2_sqrt + self.eps
-    new_param = param - (lr / bias_correction1) * new_m / denom
-    return [(self.params[index], new_param), (m, new_m), (v, new_v)]
+    return param - (lr / bias_correction1) * new_m / denom, new_m, new_v
 
 
 class Adam(_AdamBase):
