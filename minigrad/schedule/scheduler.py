@@ -29,7 +29,6 @@ import weakref
 from minigrad.dtype import dtypes
 from minigrad.helpers import prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, toposort
-from minigrad.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from minigrad.uop.shapetracker import ShapeTracker, View, row_major_strides
 from minigrad.schedule.packing import pack_operands
 from minigrad.schedule.multi_output import merge_elementwise
@@ -50,9 +49,6 @@ class ScheduleItem:
 # lazy graph built before a realize reuse the result instead of recomputing it. Weak keys: entries die with
 # the graph that mentions them.
 realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-
-_use_realized = PatternMatcher([(UPat(name="node"), lambda node: realized.get(node))])
-
 
 def buffer_view(buffer: UOp, shape: tuple[int, ...]) -> UOp:
   """A tensor-graph node reading `buffer` as a contiguous array of `shape`."""
@@ -329,10 +325,8 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   """Kernels (in run order) that compute `targets`; what each target becomes once they ran; and the nodes
   those kernels store, for `mark_realized` to record after the run (never before: a schedule may not run).
   A graph of a structure scheduled before gets that schedule on its own buffers (minigrad.schedule.reuse)."""
-  # reuse what earlier schedules computed: one walk over all the targets' graphs, which mostly overlap (a training
-  # step's weights and optimizer state share the whole backward graph)
-  graphs = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(targets)), _use_realized).src if realized else targets
-  structure = reuse.Structure(list(graphs))
+  graphs = _substitute_realized(targets)
+  structure = reuse.Structure(graphs)
   if (found := reuse.replay(structure, ScheduleItem)) is not None:
     items, becomes, stored = found
     return items, dict(zip(targets, becomes)), stored
@@ -362,6 +356,28 @@ def _schedule(rewritten: dict[UOp, UOp]) -> tuple[list[ScheduleItem], dict[UOp, 
     elif t.base in stored: becomes[original] = UOp(Ops.VIEW, t.dtype, (buffers[t.base],), t.arg)
     else: becomes[original] = t
   return items, becomes, stored
+
+
+def _substitute_realized(targets: list[UOp]) -> list[UOp]:
+  """The targets' graphs with each node computed before (in `realized`) replaced by the buffer view holding it, the
+  nodes above rebuilt: one walk over all of them, which mostly overlap (a training step's weights and optimizer
+  state share the whole backward graph). The walk stops at the first realized node on each path."""
+  if not realized: return list(targets)
+  done: dict[UOp, UOp] = {}
+  stack: list[tuple[UOp, bool]] = [(t, False) for t in targets]
+  while stack:
+    node, sources_done = stack.pop()
+    if node in done: continue
+    if not sources_done:
+      if (value := realized.get(node)) is not None: done[node] = value
+      elif node.op is Ops.BUFFER: done[node] = node
+      else:
+        stack.append((node, True))
+        stack.extend((s, False) for s in node.src if s not in done)
+      continue
+    src = tuple(done[s] for s in node.src)
+    done[node] = node if all(new is old for new, old in zip(src, node.src)) else node.replace(src=src)
+  return [done[t] for t in targets]
 
 
 def mark_realized(stored: dict[UOp, UOp]) -> None:

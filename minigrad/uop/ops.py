@@ -116,15 +116,23 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple) -> Any:
 _buffer_ids = itertools.count()   # the one global counter: ids of BUFFER nodes
 
 
+# the live nodes by (op, dtype, src, arg, tag): weak references that remove their entry when the node dies. (A plain
+# dict with keyed weak references: weakref.WeakValueDictionary does the same in Python code, at twice the cost of a
+# node's creation.)
+_live: dict[tuple, weakref.KeyedRef] = {}
+
+
+def _forget(ref: weakref.KeyedRef) -> None:
+  if _live.get(ref.key) is ref: del _live[ref.key]   # a node made since under the same key keeps its entry
+
+
 class _UOpCache(type):
   """Hash-consing: UOp(...) with the same (op, dtype, src, arg) returns the existing node while it is alive."""
-  live: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
     key = (op, dtype, src, arg, _arg_tag(arg))
-    if (found := _UOpCache.live.get(key)) is not None: return found
+    if (ref := _live.get(key)) is not None and (found := ref()) is not None: return found
     node = super().__call__(op, dtype, src, arg)
-    _UOpCache.live[key] = node
+    _live[key] = weakref.KeyedRef(node, _forget, key)
     return node
 
 

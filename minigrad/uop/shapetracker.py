@@ -388,18 +388,18 @@ class ShapeTracker:
     tracker = ShapeTracker(self.views[:-1] + (view,))
     return tracker.simplify() if len(tracker.views) > 1 else tracker
 
-  # ---- movement ops (same arguments as View's) ----
-  def reshape(self, new_shape: Sequence[int]) -> ShapeTracker:
-    reshaped = self.views[-1].reshape(new_shape)
-    if reshaped is not None: return self._with_last(reshaped)
-    return ShapeTracker(self.views + (View.create(new_shape),)).simplify()
+  # ---- movement ops (same arguments as View's), remembered: a training step moves the same trackers every step ----
+  def reshape(self, new_shape: Sequence[int]) -> ShapeTracker: return _moved(self, "reshape", tuple(new_shape))
+  def permute(self, order: Sequence[int]) -> ShapeTracker: return _moved(self, "permute", tuple(order))
+  def expand(self, new_shape: Sequence[int]) -> ShapeTracker: return _moved(self, "expand", tuple(new_shape))
+  def pad(self, padding: Sequence[tuple[int, int]]) -> ShapeTracker: return _moved(self, "pad", tuple(map(tuple, padding)))
+  def shrink(self, bounds: Sequence[tuple[int, int]]) -> ShapeTracker: return _moved(self, "shrink", tuple(map(tuple, bounds)))
+  def flip(self, axes: Sequence[int]) -> ShapeTracker: return _moved(self, "flip", tuple(axes))
 
-  def permute(self, order: Sequence[int]) -> ShapeTracker: return self._with_last(self.views[-1].permute(order))
-  def expand(self, new_shape: Sequence[int]) -> ShapeTracker: return self._with_last(self.views[-1].expand(new_shape))
-  def pad(self, padding: Sequence[tuple[int, int]]) -> ShapeTracker: return self._with_last(self.views[-1].pad(padding))
-  def shrink(self, bounds: Sequence[tuple[int, int]]) -> ShapeTracker:
-    return self._with_last(self.views[-1].shrink(bounds))
-  def flip(self, axes: Sequence[int]) -> ShapeTracker: return self._with_last(self.views[-1].flip(axes))
+  def _move(self, how: str, arg: tuple) -> ShapeTracker:
+    if how == "reshape" and (reshaped := self.views[-1].reshape(arg)) is None:
+      return ShapeTracker(self.views + (View.create(arg),)).simplify()
+    return self._with_last(reshaped if how == "reshape" else getattr(self.views[-1], how)(arg))
 
   def __add__(self, other: ShapeTracker) -> ShapeTracker:
     """Composition: `other` indexes a contiguous array of self.shape; the result maps other.shape to self's base."""
@@ -490,6 +490,12 @@ def _unravel_uops(flat: UOp, shape: Sequence[int]) -> list[UOp]:
 def _compose(first: ShapeTracker, second: ShapeTracker) -> ShapeTracker:
   """Trackers are immutable values, and training steps compose the same pairs every step: remember them."""
   return first._compose(second)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _moved(tracker: ShapeTracker, how: str, arg: tuple) -> ShapeTracker:
+  """tracker.<how>(arg), remembered (a bad argument raises each time: errors are not cached)."""
+  return tracker._move(how, arg)
 
 
 @functools.lru_cache(maxsize=4096)
