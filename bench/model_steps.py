@@ -79,14 +79,14 @@ def minigrad_gpt():
   return Model()
 
 
-def minigrad_runner(model_name: str, batches: list[tuple[np.ndarray, np.ndarray]]) -> Runner:
+def minigrad_runner(model_name: str, batches: list[tuple[np.ndarray, np.ndarray]], jit: bool = True) -> Runner:
   from minigrad import Tensor, nn
   from minigrad.nn.state import get_parameters
   from mnist_cnn import CNN
   from training import make_train_step
   Tensor.manual_seed(0)
   model = CNN((1, 28, 28)) if model_name == "cnn" else minigrad_gpt()
-  step = make_train_step(model, nn.optim.Adam(get_parameters(model), lr=1e-3))
+  step = make_train_step(model, nn.optim.Adam(get_parameters(model), lr=1e-3), jit=jit)
   cycle = itertools.cycle(batches)
 
   def run(steps: int) -> float:

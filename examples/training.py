@@ -97,12 +97,12 @@ def batch_indices(count: int, batch_size: int, rng: np.random.Generator | None =
 
 # ---------------------------------------------------------------- training and evaluation
 
-def make_train_step(model: Any, optimizer: nn.optim.Optimizer) -> Callable[[Tensor, Tensor], Tensor]:
+def make_train_step(model: Any, optimizer: nn.optim.Optimizer, jit: bool = True) -> Callable[[Tensor, Tensor], Tensor]:
   """`step(images, labels)`: one optimizer step on one batch (cross-entropy loss, train mode), returning the batch's
-  loss. TinyJit captures the step's kernels: from the third batch of a shape on, a step only replays them (the
-  weights, Adam's moments and BatchNorm's running stats are the carried state it updates)."""
+  loss. With `jit`, TinyJit captures the step's kernels: from the third batch of a shape on, a step only replays
+  them (the weights, Adam's moments and BatchNorm's running stats are the carried state it updates); without, each
+  step is a plain call (its schedule reused from the first step's, minigrad/schedule/reuse.py)."""
   state = [t for t in get_state_dict(model).values() if not t.requires_grad]   # BatchNorm's running stats
-  @TinyJit
   def train_step(images: Tensor, labels: Tensor) -> Tensor:
     with Tensor.train():
       loss = nn.functional.cross_entropy(model(images), labels)
@@ -114,7 +114,7 @@ def make_train_step(model: Any, optimizer: nn.optim.Optimizer) -> Callable[[Tens
       Tensor.realize(loss, *[p.grad for p in optimizer.params if p.grad is not None], *state)
       optimizer.step()
     return loss
-  return train_step
+  return TinyJit(train_step) if jit else train_step
 
 
 def evaluate(model: Any, images: np.ndarray, labels: np.ndarray, batch_size: int = EVAL_BATCH_SIZE) -> float:

@@ -8,7 +8,8 @@
 Input: the machine, the Target (--target, else $CPU_TARGET, else native) and the ISA torch may use (--torch-isa,
 else $ATEN_CPU_CAPABILITY, else the one matching the Target). Output: a header naming the host (CPU model, cores,
 ISA flags, load average), the Target minigrad compiles for and the ISA torch reports using, then one line per
-benchmark with the median rate of minigrad, numpy and torch and minigrad's ratios to them.
+benchmark with the median rate of minigrad (scheduled once, as a TinyJit replay), minigrad eager (each call builds,
+schedules and runs the graph, as a plain call does), numpy and torch, and minigrad's ratios to them.
 
 torch is limited to the Target's ISA before it is imported: ATEN_CPU_CAPABILITY (its own kernels: elementwise,
 reductions, softmax, attention) is avx512 for a Target with AVX-512 F/BW/VL/DQ, avx2 for one with AVX2 and FMA, else
@@ -25,7 +26,8 @@ scheduled once and its kernels run each time, as a captured (TinyJit) step would
 least: GFLOPS for matmul/conv (2*M*N*K) and for causal attention (2*B*H*T*T*D: half of the 4*B*H*T*T*D of its two
 products, the half a causal mask leaves; softmax not counted), GB/s as one read of each input plus one write of the
 output. The training steps (MLP of bench/mlp_train.py, GPT of bench/model_steps.py, from a source checkout) run
-minigrad's TinyJit step; a timed run is a number of steps ending with the loss read back.
+minigrad's TinyJit step and the same step in a plain loop (eager); a timed run is a number of steps ending with the
+loss read back. "small" times plain calls of small ops, where the Python work is the cost (see bench_small).
 """
 from __future__ import annotations
 from dataclasses import dataclass
@@ -237,10 +239,11 @@ def header_lines(setup: BenchSetup, torch=None) -> list[str]:
 
 # ---------------------------------------------------------------- timing
 
-def minigrad_run(build: Callable[[], Tensor]) -> Callable[[], object]:
-  """Schedule the graph once; each call runs its kernels (compile time and Python scheduling are not in the figure)."""
+def minigrad_runners(build: Callable[[], Tensor]) -> Runners:
+  """"minigrad": the graph scheduled once, each call runs its kernels (as a TinyJit replay: no Python graph work in the
+  figure); "eager": each call builds the graph and realizes it, as a plain call in a user's script does."""
   items, _, _ = create_schedule([build().uop])
-  return lambda: run_schedule(items)
+  return {"minigrad": lambda: run_schedule(items), "eager": lambda: build().realize()}
 
 
 IDLE_SECONDS = 0.5   # between two libraries' runs: numpy's and torch's worker threads spin a while after a call
@@ -296,7 +299,7 @@ def bench_matmul(rng: np.random.Generator, runs: int) -> Rates:
   n = 1024
   a, b = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
   ta, tb = Tensor(a), Tensor(b)
-  runners: Runners = {"minigrad": minigrad_run(lambda: ta @ tb), "numpy": lambda: a @ b}
+  runners: Runners = {**minigrad_runners(lambda: ta @ tb), "numpy": lambda: a @ b}
   if torch := _torch():
     xa, xb = torch.from_numpy(a), torch.from_numpy(b)
     runners["torch"] = lambda: xa @ xb
@@ -307,7 +310,7 @@ def bench_elementwise(rng: np.random.Generator, runs: int) -> Rates:
   """A fused chain of elementwise ops on 16M floats, GB/s."""
   x = rng.standard_normal(16 * 1024 * 1024).astype(np.float32)
   tx = Tensor(x)
-  runners: Runners = {"minigrad": minigrad_run(lambda: (tx.relu() * 2 + 1).exp()), "numpy": lambda: np.exp(np.maximum(x, 0) * 2 + 1)}
+  runners: Runners = {**minigrad_runners(lambda: (tx.relu() * 2 + 1).exp()), "numpy": lambda: np.exp(np.maximum(x, 0) * 2 + 1)}
   if torch := _torch():
     xt = torch.from_numpy(x)
     runners["torch"] = lambda: (xt.relu() * 2 + 1).exp()
@@ -318,7 +321,7 @@ def bench_rowsum(rng: np.random.Generator, runs: int) -> Rates:
   """Sum of each row of a 4096x4096 matrix, GB/s."""
   x = rng.standard_normal((4096, 4096)).astype(np.float32)
   tx = Tensor(x)
-  runners: Runners = {"minigrad": minigrad_run(lambda: tx.sum(1)), "numpy": lambda: x.sum(1)}
+  runners: Runners = {**minigrad_runners(lambda: tx.sum(1)), "numpy": lambda: x.sum(1)}
   if torch := _torch():
     xt = torch.from_numpy(x)
     runners["torch"] = lambda: xt.sum(1)
@@ -333,7 +336,7 @@ def bench_softmax(rng: np.random.Generator, runs: int) -> Rates:
   def np_softmax() -> np.ndarray:
     e = np.exp(x - x.max(1, keepdims=True))
     return e / e.sum(1, keepdims=True)
-  runners: Runners = {"minigrad": minigrad_run(lambda: tx.softmax(-1)), "numpy": np_softmax}
+  runners: Runners = {**minigrad_runners(lambda: tx.softmax(-1)), "numpy": np_softmax}
   if torch := _torch():
     xt = torch.from_numpy(x)
     runners["torch"] = lambda: xt.softmax(-1)
@@ -345,7 +348,7 @@ def bench_conv(rng: np.random.Generator, runs: int) -> Rates:
   x = rng.standard_normal((32, 64, 32, 32)).astype(np.float32)
   w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
   tx, tw = Tensor(x), Tensor(w)
-  runners: Runners = {"minigrad": minigrad_run(lambda: tx.conv2d(tw, padding=1))}
+  runners: Runners = {**minigrad_runners(lambda: tx.conv2d(tw, padding=1))}
   if torch := _torch():
     xt, wt = torch.from_numpy(x), torch.from_numpy(w)
     runners["torch"] = lambda: torch.nn.functional.conv2d(xt, wt, padding=1)
@@ -367,8 +370,7 @@ def bench_attention(rng: np.random.Generator, runs: int) -> Rates:
     scores = np.where(allowed, (q @ k.swapaxes(-1, -2)) * np.float32(1 / math.sqrt(size)), np.float32(-np.inf))
     weights = np.exp(scores - scores.max(-1, keepdims=True))
     return (weights / weights.sum(-1, keepdims=True)) @ v
-  runners: Runners = {"minigrad": minigrad_run(lambda: tq.scaled_dot_product_attention(tk, tv, is_causal=True)),
-                      "numpy": np_attention}
+  runners: Runners = {**minigrad_runners(lambda: tq.scaled_dot_product_attention(tk, tv, is_causal=True)), "numpy": np_attention}
   if torch := _torch():
     xq, xk, xv = torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v)
     runners["torch"] = lambda: torch.nn.functional.scaled_dot_product_attention(xq, xk, xv, is_causal=True)
@@ -379,7 +381,7 @@ def bench_mlp(rng: np.random.Generator, runs: int) -> Rates:
   """Training steps of the MLP in bench/mlp_train.py (its TinyJit runner), 20 steps per timed run."""
   mlp_train = _bench_module("mlp_train")
   batches = mlp_train.random_batches(8, 128)
-  steppers = {"minigrad": mlp_train.minigrad_runner(batches, 1e-3, jit=True)}
+  steppers = {"minigrad": mlp_train.minigrad_runner(batches, 1e-3, jit=True), "eager": mlp_train.minigrad_runner(batches, 1e-3, jit=False)}
   if _torch(): steppers["torch"] = mlp_train.torch_runner(batches, 1e-3)
   return _step_rates(steppers, 20, runs)
 
@@ -388,9 +390,42 @@ def bench_gpt(rng: np.random.Generator, runs: int) -> Rates:
   """Training steps of the small GPT in bench/model_steps.py (minigrad's TinyJit step), 10 steps per timed run."""
   model_steps = _bench_module("model_steps")
   batches = model_steps.gpt_batches()
-  steppers = {"minigrad": model_steps.minigrad_runner("gpt", batches)}
+  steppers = {"minigrad": model_steps.minigrad_runner("gpt", batches), "eager": model_steps.minigrad_runner("gpt", batches, jit=False)}
   if _torch(): steppers["torch"] = model_steps.torch_runner("gpt", batches)
   return _step_rates(steppers, 10, runs)
+
+
+def bench_small(rng: np.random.Generator, runs: int) -> Rates:
+  """Plain calls of small ops, where Python overhead is all there is: add, matmul and softmax of 64x64, an MLP
+  784-128-10 forward at batch 32 and .numpy() of a 64x64 product, each 100 calls per timed run. The rate is the
+  geometric mean of each case's calls per second; `small_cases` says what each took."""
+  a, b = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32)
+  x = rng.standard_normal((32, 784)).astype(np.float32)
+  w1, w2 = rng.standard_normal((128, 784)).astype(np.float32) * 0.03, rng.standard_normal((10, 128)).astype(np.float32) * 0.1
+  ta, tb, tx, tw1, tw2 = (Tensor(v).realize() for v in (a, b, x, w1, w2))
+  cases: dict[str, Runners] = {
+    "add": {"eager": lambda: (ta + tb).realize()}, "matmul": {"eager": lambda: (ta @ tb).realize()},
+    "softmax": {"eager": lambda: ta.softmax(-1).realize()}, "mlp forward": {"eager": lambda: (tx @ tw1.T).relu().matmul(tw2.T).realize()},
+    ".numpy()": {"eager": lambda: (ta * tb).numpy()}}
+  if torch := _torch():
+    xa, xb, xx, xw1, xw2 = (torch.from_numpy(v) for v in (a, b, x, w1, w2))
+    for name, fn in {"add": lambda: xa + xb, "matmul": lambda: xa @ xb, "softmax": lambda: xa.softmax(-1),
+                     "mlp forward": lambda: (xx @ xw1.T).relu() @ xw2.T, ".numpy()": lambda: (xa * xb).numpy()}.items():
+      cases[name]["torch"] = fn
+  calls = 100
+  small_cases.clear()
+  for name, runners in cases.items():
+    def repeated(fn: Callable[[], object]) -> Callable[[], None]:
+      def run() -> None:
+        for _ in range(calls): fn()
+      return run
+    seconds = median_seconds({lib: repeated(fn) for lib, fn in runners.items()}, runs)
+    small_cases[name] = {lib: s / calls for lib, s in seconds.items()}
+  return {lib: (math.exp(statistics.fmean(math.log(1 / case[lib]) for case in small_cases.values())) / 1e3, "kcall/s")
+          for lib in next(iter(small_cases.values()))}
+
+
+small_cases: dict[str, dict[str, float]] = {}   # the last bench_small: case -> library -> seconds per call
 
 
 BENCHMARKS = {"matmul": ("matmul 1024x1024 f32", bench_matmul), "elementwise": ("(x.relu()*2+1).exp() 16M f32", bench_elementwise),
@@ -398,7 +433,8 @@ BENCHMARKS = {"matmul": ("matmul 1024x1024 f32", bench_matmul), "elementwise": (
               "conv": ("conv2d 32x64x32x32, 64 3x3 filters, pad 1", bench_conv),
               "attention": ("causal attention B8 H8 T256 D64, forward", bench_attention),
               "mlp": ("MLP 784-256-128-10 train step, batch 128, Adam", bench_mlp),
-              "gpt": ("GPT (2 blocks, width 128) T64 B16 train step", bench_gpt)}
+              "gpt": ("GPT (2 blocks, width 128) T64 B16 train step", bench_gpt),
+              "small": ("small ops, plain calls (geometric mean of 5)", bench_small)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -413,14 +449,19 @@ def main(argv: list[str] | None = None) -> None:
   setup = configure_or_exit(parser.prog, args.target, args.torch_isa)   # before anything compiles or imports torch
   for line in header_lines(setup, _torch()): print(line)
   rng = np.random.default_rng(0)
-  print(f"{'benchmark':48s} {'minigrad':>16s} {'numpy':>16s} {'torch':>16s}   ratios")
+  libraries = ("minigrad", "eager", "numpy", "torch")
+  print(f"{'benchmark':48s} " + " ".join(f"{name:>16s}" for name in libraries) + "   ratios")
   for name in args.names or BENCHMARKS:
     title, fn = BENCHMARKS[name]
     results = fn(rng, args.runs)
     unit = next(iter(results.values()))[1]
-    cells = [f"{results[k][0]:9.2f} {unit:>6s}" if k in results else "-" for k in ("minigrad", "numpy", "torch")]
-    ratios = ", ".join(f"{results['minigrad'][0] / results[k][0]:.2f}x {k}" for k in ("numpy", "torch") if k in results)
-    print(f"{title:48s} {cells[0]:>16s} {cells[1]:>16s} {cells[2]:>16s}   {ratios}", flush=True)
+    cells = [f"{results[k][0]:9.2f} {unit:>6s}" if k in results else "-" for k in libraries]
+    ratios = [f"{results[mine][0] / results[k][0]:.2f}x {k}" if mine == "minigrad" else f"eager {results[mine][0] / results[k][0]:.2f}x {k}"
+              for mine in ("minigrad", "eager") if mine in results for k in ("numpy", "torch") if k in results]
+    print(f"{title:48s} " + " ".join(f"{c:>16s}" for c in cells) + "   " + ", ".join(ratios), flush=True)
+    if name == "small":
+      for case, seconds in small_cases.items():
+        print(f"  {case:46s} " + ", ".join(f"{lib} {s * 1e6:.1f} us" for lib, s in seconds.items()))
 
 
 if __name__ == "__main__":
