@@ -39,12 +39,21 @@ class Structure:
       if node.op is Ops.BUFFER: entries.append((Ops.BUFFER, node.dtype, node.src[0].arg, node.arg[1]))
       elif not sources_done:
         stack.append((node, True))
-        stack.extend((s, False) for s in reversed(node.src) if s not in index)
+        stack.extend([(s, False) for s in reversed(node.src) if s not in index])
         continue
-      else: entries.append((node.op, node.dtype, node.arg, _arg_tag(node.arg), tuple(index[s] for s in node.src)))
+      else: entries.append((node.op, node.dtype, node.arg, _arg_tag(node.arg), tuple(map(index.__getitem__, node.src))))
       index[node] = len(index)
     self.index, self.nodes = index, list(index)
-    self.key = (tuple(index[r] for r in roots), tuple(entries))
+    self.key = _Key((tuple(index[r] for r in roots), tuple(entries)))
+
+
+class _Key:
+  """A structure's key, hashed once (a training step's key has thousands of entries; a dict lookup, a pop and a
+  store would hash it three times)."""
+  __slots__ = ("entries", "hash")
+  def __init__(self, entries: tuple): self.entries, self.hash = entries, hash(entries)
+  def __hash__(self) -> int: return self.hash
+  def __eq__(self, other: object) -> bool: return isinstance(other, _Key) and self.hash == other.hash and self.entries == other.entries
 
 
 # a value of the schedule's results, relative to a graph: ("node", position in the walk), ("buffer", slot) or
@@ -63,7 +72,7 @@ class Recipe:
   uses: list[int]                                       # how often it was reused (one counter, mutable)
 
 
-recipes: dict[tuple, Recipe] = {}
+recipes: dict[_Key, Recipe] = {}
 
 
 def record(structure: Structure, items: list, becomes: list[UOp], stored: dict[UOp, UOp], seconds: float) -> None:
