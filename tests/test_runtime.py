@@ -204,6 +204,25 @@ def test_allocation_state_alignment_and_free():
   assert len(allocator._memory) == held - 1   # garbage collection returned the memory
 
 
+def test_freed_large_allocations_are_reused_by_size_up_to_a_limit(monkeypatch):
+  from minigrad.runtime import ops_cpu
+  allocator = ops_cpu.CPUAllocator()
+  monkeypatch.setattr(ops_cpu, "SPARE_BYTES", 3 * ops_cpu.SPARE_MIN_BYTES)
+  big, small = ops_cpu.SPARE_MIN_BYTES, ops_cpu.SPARE_MIN_BYTES // 2
+  first = allocator.alloc(big)
+  allocator.free(first)
+  assert allocator.alloc(big) == first                    # the same size again: the freed memory
+  assert allocator.alloc(big) != first                    # in use: a new allocation
+  other = allocator.alloc(small)
+  allocator.free(other)
+  assert not allocator._spare.get(small)                  # small allocations are left to malloc
+  blocks = [allocator.alloc(2 * big) for _ in range(2)]
+  for b in blocks: allocator.free(b)
+  assert allocator._spare_bytes <= 3 * big                # one of the two didn't fit the limit
+  with pytest.raises(ValueError, match="double free"): allocator.free(blocks[0])
+  assert allocator.alloc(2 * big) % 64 == 0
+
+
 # ---------------------------------------------------------------- compiler and cache
 
 def counting(compiler: CCompiler, monkeypatch) -> list[str]:

@@ -61,6 +61,9 @@ class SharedHostArrays(Allocator):
   def copyout(self, dest: memoryview, src: int) -> None: np.frombuffer(dest, dtype=np.uint8)[:] = self._arrays[src][-1]
 
 
+SPARE_MIN_BYTES, SPARE_BYTES = 64 << 10, 256 << 20
+
+
 class CPUAllocator(Allocator):
   """Host memory from numpy, aligned to 64 bytes. The opaque handle is the int address of the first byte;
   the allocator keeps the backing array alive until `free`. Numpy arrays can also be shared (see SharedHostArrays)."""
@@ -68,19 +71,31 @@ class CPUAllocator(Allocator):
   def __init__(self) -> None:
     self._memory: dict[int, np.ndarray] = {}   # address -> uint8 view of exactly nbytes at that address
     self._shared = SharedHostArrays()
+    # freed allocations of SPARE_MIN_BYTES or more, by size, kept for the next allocation of that size (up to
+    # SPARE_BYTES in all): an eager training loop frees and allocates the same sizes every step, and fresh memory
+    # costs a page fault per 4 KiB on its first write
+    self._spare: dict[int, list[tuple[int, np.ndarray]]] = {}
+    self._spare_bytes = 0
 
   def share(self, array: np.ndarray) -> tuple[Allocator, int]: return self._shared.share(array)
 
   def _alloc(self, nbytes: int) -> int:
-    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)   # the extra bytes also give size-0 buffers a unique address
-    start = -raw.ctypes.data % ALIGNMENT
-    view = raw[start:start + nbytes]
-    address = raw.ctypes.data + start
+    if spares := self._spare.get(nbytes):
+      address, view = spares.pop()
+      self._spare_bytes -= nbytes
+    else:
+      raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)   # the extra bytes also give size-0 buffers a unique address
+      start = -raw.ctypes.data % ALIGNMENT
+      view = raw[start:start + nbytes]
+      address = raw.ctypes.data + start
     self._memory[address] = view
     return address
 
   def _free(self, opaque: int) -> None:
-    if self._memory.pop(opaque, None) is None: raise ValueError(f"double free or foreign address {opaque:#x}")
+    if (view := self._memory.pop(opaque, None)) is None: raise ValueError(f"double free or foreign address {opaque:#x}")
+    if view.nbytes >= SPARE_MIN_BYTES and self._spare_bytes + view.nbytes <= SPARE_BYTES:
+      self._spare.setdefault(view.nbytes, []).append((opaque, view))
+      self._spare_bytes += view.nbytes
 
   def as_numpy(self, opaque: int) -> np.ndarray:
     """The allocation as a writable uint8 numpy array sharing its memory (no copy)."""
