@@ -28,22 +28,33 @@ MAX_RECIPES = 256
 
 
 class Structure:
-  """The nodes reachable from `roots` (stopping at BUFFERs) in a fixed post-order walk, and the key of the graph."""
-  def __init__(self, roots: list[UOp]):
+  """The nodes reachable from `roots` (stopping at BUFFERs) in a fixed post-order walk, and the key of the graph.
+  With `realized` (node -> the buffer view holding its value), each node found there stands for that view, as if
+  the graph had been rebuilt on it: `nodes` lists the view, and its position is the node's too."""
+  def __init__(self, roots: list[UOp], realized: Any = None):
     index: dict[UOp, int] = {}
+    nodes: list[UOp] = []
     entries: list[tuple] = []
-    stack: list[tuple[UOp, bool]] = [(r, False) for r in reversed(roots)]
+    stack: list[tuple[UOp, Any]] = [(r, None) for r in reversed(roots)]   # (node, None | True: sources done | its value)
     while stack:
-      node, sources_done = stack.pop()
+      node, state = stack.pop()
       if node in index: continue
+      if state is None and realized and node.op is not Ops.BUFFER and (value := realized.get(node)) is not None:
+        if value in index: index[node] = index[value]
+        else: stack.extend([(node, value), (value, None)])   # the value's entries first, then the node takes its place
+        continue
+      if isinstance(state, UOp):
+        index[node] = index[state]
+        continue
       if node.op is Ops.BUFFER: entries.append((Ops.BUFFER, node.dtype, node.src[0].arg, node.arg[1]))
-      elif not sources_done:
+      elif state is None:
         stack.append((node, True))
-        stack.extend([(s, False) for s in reversed(node.src) if s not in index])
+        stack.extend([(s, None) for s in reversed(node.src) if s not in index])
         continue
       else: entries.append((node.op, node.dtype, node.arg, _arg_tag(node.arg), tuple(map(index.__getitem__, node.src))))
-      index[node] = len(index)
-    self.index, self.nodes = index, list(index)
+      index[node] = len(nodes)
+      nodes.append(node)
+    self.index, self.nodes = index, nodes
     self.key = _Key((tuple(index[r] for r in roots), tuple(entries)))
 
 

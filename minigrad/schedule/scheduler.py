@@ -325,13 +325,14 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   """Kernels (in run order) that compute `targets`; what each target becomes once they ran; and the nodes
   those kernels store, for `mark_realized` to record after the run (never before: a schedule may not run).
   A graph of a structure scheduled before gets that schedule on its own buffers (minigrad.schedule.reuse)."""
-  graphs = _substitute_realized(targets)
-  structure = reuse.Structure(graphs)
+  structure = reuse.Structure(targets, realized)   # earlier results read from their buffers
   if (found := reuse.replay(structure, ScheduleItem)) is not None:
     items, becomes, stored = found
     return items, dict(zip(targets, becomes)), stored
   start = time.perf_counter()
+  graphs = _substitute_realized(targets)
   items, becomes, stored = _schedule(dict(zip(targets, graphs)))
+  if any(g is not t for g, t in zip(graphs, targets)): structure = reuse.Structure(graphs)   # the graph scheduled
   reuse.record(structure, items, [becomes[t] for t in targets], stored, time.perf_counter() - start)
   return items, becomes, stored
 
