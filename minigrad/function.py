@@ -341,7 +341,7 @@ class Template:
       if node.op is Ops.VIEW and src[0].op is Ops.VIEW:
         base, st = src[0].src[0], src[0].arg + node.arg
         built[node] = base if st.contiguous and st.shape == base.shape else UOp(Ops.VIEW, node.dtype, (base,), st)
-      else: built[node] = node.replace(src=src)
+      else: built[node] = UOp(node.op, node.dtype, src, node.arg)
     return tuple(built.get(out, out) for out in self.outputs)
 
 

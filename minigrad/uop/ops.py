@@ -129,9 +129,10 @@ def _forget(ref: weakref.KeyedRef) -> None:
 class _UOpCache(type):
   """Hash-consing: UOp(...) with the same (op, dtype, src, arg) returns the existing node while it is alive."""
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-    key = (op, dtype, src, arg, _arg_tag(arg))
+    key = (op, dtype, src, arg, (float, math.copysign(1.0, arg)) if isinstance(arg, float) else type(arg))   # _arg_tag, inline
     if (ref := _live.get(key)) is not None and (found := ref()) is not None: return found
-    node = super().__call__(op, dtype, src, arg)
+    node = cls.__new__(cls)   # the fields directly: type.__call__ and __init__ cost as much as the lookup
+    node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
     _live[key] = weakref.KeyedRef(node, _forget, key)
     return node
 
@@ -152,8 +153,8 @@ class UOp(metaclass=_UOpCache):
   def __reduce__(self): return (UOp, (self.op, self.dtype, self.src, self.arg))
 
   def replace(self, **kwargs: Any) -> UOp:
-    args = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg, **kwargs}
-    return UOp(args["op"], args["dtype"], tuple(args["src"]), args["arg"])
+    return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), tuple(kwargs["src"]) if "src" in kwargs else self.src,
+               kwargs.get("arg", self.arg))
 
   def __repr__(self) -> str: return pretty(self)
 
