@@ -1,4 +1,4 @@
-"""Small shared utilities: environment flags (DEBUG, BEAM, NOOPT ...), GlobalCounters, the cache directory.
+"""Small shared utilities: environment flags (DEBUG, BEAM, NOOPT ...), GlobalCounters.
 
 Input: the process environment. Output: flag values, counters and helpers every stage may use.
 """
@@ -7,8 +7,6 @@ from typing import Any, Iterable
 import functools
 import math
 import os
-import pathlib
-import tempfile
 
 
 @functools.cache
@@ -73,13 +71,6 @@ def cached_hash(cls: type) -> type:
   return cls
 
 
-def cache_dir() -> pathlib.Path:
-  """Where compiled binaries and search results are kept: $MINIGRAD_CACHE or ~/.cache/minigrad."""
-  path = pathlib.Path(os.environ.get("MINIGRAD_CACHE") or pathlib.Path.home() / ".cache" / "minigrad")
-  path.mkdir(parents=True, exist_ok=True)
-  return path
-
-
 def colored(text: str, color: str | None) -> str:
   codes = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
   return f"\u001b[{codes[color]}m{text}\u001b[0m" if color else text
@@ -88,21 +79,3 @@ def colored(text: str, color: str | None) -> str:
 def to_tuple(shape: Any) -> tuple[int, ...]:
   if isinstance(shape, int): return (shape,)
   return tuple(int(s) for s in shape)
-
-
-def atomic_write(path: pathlib.Path, data: bytes, what: str) -> None:
-  """Write `data` to `path` atomically (a temp file in the same directory, then os.replace), for the disk caches.
-  Failing to write a cache is not an error: at DEBUG>=1 it says so, naming `what` cache it was."""
-  try:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-      with os.fdopen(fd, "wb") as f: f.write(data)
-      os.replace(tmp_name, path)
-    except BaseException:
-      try: os.unlink(tmp_name)
-      except OSError: pass
-      raise
-  except OSError as e:
-    if DEBUG >= 1: print(f"{what} cache: could not write {path}: {e}")
-

@@ -15,7 +15,7 @@ low in the stack: runtime/ and codegen/ import it; it imports them only inside f
 the disk cache's entry format).
 
 Documented caches: `_targets` (probed Targets by compiler argv and march, for this process), the probes' answers on
-disk under cache_dir()/cpu_targets, and the functools caches of the host's cpuinfo and sysfs facts.
+disk in the "cpu_targets" folder of minigrad.cache, and the functools caches of the host's cpuinfo and sysfs facts.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
@@ -28,7 +28,8 @@ import pathlib
 import platform
 import shutil
 import subprocess
-from minigrad.helpers import DEBUG, cache_dir
+from minigrad import cache
+from minigrad.helpers import DEBUG
 
 # ---------------------------------------------------------------- ISA features: macro -> feature -> /proc/cpuinfo flag
 
@@ -278,8 +279,7 @@ def _probe_path(argv: tuple[str, ...], march: str) -> pathlib.Path | None:
   """Where the answer for (compiler, march) is kept on disk: named by the compiler's command and executable (path,
   size, time: a reinstall is asked anew), the march, the host CPU's identity when the march is native, and the
   tables above. None when it can't be cached (the cache is off, or native on a host without /proc/cpuinfo)."""
-  from minigrad.runtime.device import disk_cache_enabled
-  if not disk_cache_enabled(): return None
+  if not cache.enabled(): return None
   host = _host_identity() if march == "native" else ""
   if host is None: return None
   executable = os.path.realpath(shutil.which(argv[0]) or argv[0])
@@ -287,20 +287,19 @@ def _probe_path(argv: tuple[str, ...], march: str) -> pathlib.Path | None:
   except OSError: return None
   tables = repr((X86_FEATURES, AARCH64_FEATURES, ARCH_MACROS, march_flag_candidates(march)))
   key = json.dumps([list(argv), executable, stat.st_size, stat.st_mtime_ns, march, host, tables])
-  return cache_dir() / "cpu_targets" / hashlib.sha256(key.encode()).hexdigest()
+  return cache.entry("cpu_targets", hashlib.sha256(key.encode()).hexdigest())
 
 
 def _isa(argv: tuple[str, ...], march: str) -> tuple[str, list[str]]:
   """(architecture, features) of `-march=<march>` for the compiler `argv`: from disk, else asked."""
-  from minigrad.runtime.device import read_cache_entry, write_cache_entry
   path = _probe_path(argv, march)
-  if path is not None and (cached := read_cache_entry(path, "CPU target")) is not None:
+  if path is not None and (cached := cache.read(path, "CPU target")) is not None:
     try:
       arch, features = json.loads(cached)
       if isinstance(arch, str) and all(isinstance(f, str) for f in features): return arch, list(features)
     except (ValueError, TypeError): pass   # another format: asked again
   arch, features = _probe_isa(argv, march)
-  if path is not None: write_cache_entry(path, json.dumps([arch, features]).encode(), "CPU target")
+  if path is not None: cache.write(path, json.dumps([arch, features]).encode(), "CPU target")
   return arch, features
 
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 import numpy as np
 import pytest
-from minigrad import Tensor
+from minigrad import Tensor, cache
 import minigrad.engine.search as search
 from minigrad.opt.heuristics import hand_coded_optimizations
 from minigrad.codegen.kernel import OPT_KINDS, Kernel
@@ -125,18 +125,18 @@ def test_damaged_cache_entry_is_searched_again(damage, monkeypatch):
   item = only_item(Tensor(arr(8, 16)).sum(1))
   first = search.beam_search(item.ast, "CPU", 1)
   path = search.cache_path(item.ast, "CPU", 1)
-  entry = json.loads(path.read_text())
+  entry = json.loads(cache.read(path, "BEAM"))
   if damage == "garbage": path.write_bytes(b"\x00\xffnot json")
-  elif damage == "truncated": path.write_text(path.read_text()[:10])
-  elif damage == "stale_opts": path.write_text(json.dumps({**entry, "opts": [["UPCAST", 9, 4]]}))
-  else: path.write_text(json.dumps({**entry, "ast": "SINK"}))
+  elif damage == "truncated": path.write_bytes(path.read_bytes()[:30])
+  elif damage == "stale_opts": cache.write(path, json.dumps({**entry, "opts": [["UPCAST", 9, 4]]}).encode(), "BEAM")   # a valid entry
+  else: cache.write(path, json.dumps({**entry, "ast": "SINK"}).encode(), "BEAM")
   monkeypatch.setattr(search, "chosen_opts", {})
   runs = []
   original_run = search._Search.run
   monkeypatch.setattr(search._Search, "run", lambda self: runs.append(self) or original_run(self))
   again = search.beam_search(item.ast, "CPU", 1)
   assert len(runs) == 1
-  assert json.loads(path.read_text())["opts"] == [[o.op, o.axis, o.amount] for o in again]   # repaired
+  assert json.loads(cache.read(path, "BEAM"))["opts"] == [[o.op, o.axis, o.amount] for o in again]   # repaired
   out = run_item(item, again)
   np.testing.assert_allclose(out, run_item(item, first), rtol=1e-5, atol=1e-5)
 

@@ -134,7 +134,7 @@ def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> Compiled
     compiled_kernels[key] = found   # the most recently used last
     return found
   path = kernel_cache.entry_path(ast, device, opts) if disk_cache_enabled() else None
-  if path is not None and (rendered := kernel_cache.load(path)) is not None:
+  if path is not None and (rendered := kernel_cache.load(path, lambda: new_kernel(ast, device))) is not None:
     kernel, uops, source = rendered
     _print_kernel(kernel)
     _print_code(uops, source)

@@ -19,7 +19,7 @@ floats to a tolerance: sums may be added up in another order), else it is droppe
 chosen. A candidate that fails (render, compile, bounds check, run, wrong output) is skipped with a DEBUG>=2 line;
 the search never crashes on a candidate. It never reads or writes the user's buffers.
 
-Results are kept on disk under `cache_dir() / "beam"`: one JSON file per (kernel AST, device, compiler, the CPU and
+Results are kept on disk in the "beam" folder of minigrad.cache: one JSON entry per (kernel AST, device, compiler, the CPU and
 LLVM devices' Target ISA (`Target.key`: actions tuned for AVX-512 are not reused on an AVX2 CPU), beam width),
 named by a sha256 of those and holding the actions and the AST printout; writes are atomic. An entry that can't be
 read, is for another AST or whose actions don't apply any more is ignored and searched again. `chosen_opts` keeps
@@ -45,7 +45,8 @@ from minigrad.codegen.kernel import Kernel, Opt
 from minigrad.opt.search_space import ast_key, child_kernels, kernel_signature
 from minigrad.dtype import DType, dtypes, to_numpy
 from minigrad.engine.realize import CompiledKernel, load_kernel, new_kernel, render_kernel
-from minigrad.helpers import DEBUG, atomic_write, cache_dir, getenv
+from minigrad import cache
+from minigrad.helpers import DEBUG, getenv
 from minigrad.runtime.device import Buffer, Device
 from minigrad.uop.ops import UOp, Ops
 
@@ -68,8 +69,7 @@ def beam_search(ast: UOp, device: str, width: int) -> list[Opt]:
   if width < 1: raise ValueError(f"the beam width must be >= 1, got {width}")
   key = (ast, device, width)
   if (found := chosen_opts.get(key)) is not None: return found
-  try: path: pathlib.Path | None = cache_path(ast, device, width)
-  except OSError: path = None   # no usable cache directory: search every time
+  path = cache_path(ast, device, width)   # None: no usable cache folder, search every time
   opts = None if path is None else read_cached(path, ast, device)
   if opts is not None:
     if DEBUG >= 3: print(f"BEAM {new_kernel(ast, device).name}: cached actions {opts}")
@@ -82,18 +82,18 @@ def beam_search(ast: UOp, device: str, width: int) -> list[Opt]:
 
 # ---------------------------------------------------------------- the disk cache
 
-def cache_path(ast: UOp, device: str, width: int) -> pathlib.Path:
+def cache_path(ast: UOp, device: str, width: int) -> pathlib.Path | None:
   compiler = Device[device].compiler
   target = getattr(compiler, "target", None)   # CPU and LLVM: what the code may assume
   text = "\0".join((f"beam v{CACHE_VERSION}", ast_key(ast), device, compiler.cache_key, target.key if target else "", str(width)))
-  return cache_dir() / "beam" / f"{hashlib.sha256(text.encode()).hexdigest()}.json"
+  return cache.entry("beam", f"{hashlib.sha256(text.encode()).hexdigest()}.json")
 
 
 def read_cached(path: pathlib.Path, ast: UOp, device: str) -> list[Opt] | None:
   """The cached actions, or None when there are none or the entry is unreadable, for another AST, or stale."""
-  if not path.exists(): return None
+  if (payload := cache.read(path, "BEAM")) is None: return None
   try:
-    entry = json.loads(path.read_bytes())
+    entry = json.loads(payload)
     if entry["ast"] != ast_key(ast): raise ValueError("the entry is for another kernel")
     opts = [Opt(str(op), int(axis), int(amount)) for op, axis, amount in entry["opts"]]
     kernel = new_kernel(ast, device)
@@ -107,7 +107,7 @@ def read_cached(path: pathlib.Path, ast: UOp, device: str) -> list[Opt] | None:
 def write_cached(path: pathlib.Path, ast: UOp, opts: list[Opt]) -> None:
   """Write atomically (a temp file in the same directory, then os.replace). Failing to cache is not an error."""
   entry = {"version": CACHE_VERSION, "opts": [[o.op, o.axis, o.amount] for o in opts], "ast": ast_key(ast)}
-  atomic_write(path, json.dumps(entry).encode(), "BEAM")
+  cache.write(path, json.dumps(entry).encode(), "BEAM")
 
 
 # ---------------------------------------------------------------- scratch buffers

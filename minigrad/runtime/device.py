@@ -1,8 +1,8 @@
 """Device-independent runtime: buffers, allocators, the compiler base with its disk cache, and the device registry.
 
 Input: a device name ("CPU", "cpu", "CPU:0"), host data (numpy arrays, bytes, memoryviews) and kernel source text.
-Output: `Buffer`s living on a device, compiled binaries (bytes, cached on disk under
-`minigrad.helpers.cache_dir() / "compiled"`), and `Compiled` devices from the `Device` registry, each bundling
+Output: `Buffer`s living on a device, compiled binaries (bytes, cached on disk in the "compiled" folder of
+minigrad.cache), and `Compiled` devices from the `Device` registry, each bundling
 an allocator, a compiler, a renderer and a program class. Backends live in `ops_<name>.py` next to this file.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pathlib
 import threading
 import numpy as np
 from minigrad.dtype import DType, dtypes, to_numpy
-from minigrad.helpers import DEBUG, atomic_write, cache_dir
+from minigrad import cache
+from minigrad.helpers import DEBUG
 
 DEVICE_NAMES: tuple[str, ...] = ("CPU", "LLVM", "CL", "CUDA", "PYTHON")
 
@@ -179,8 +180,6 @@ class Buffer:
 
 # ---------------------------------------------------------------- compilation and its disk cache
 
-_CACHE_MAGIC = b"MGBIN001"          # 8 bytes, then the sha256 of the payload (32 bytes), then the payload
-_DIGEST_SIZE = 32
 
 
 class Compiler:
@@ -193,46 +192,24 @@ class Compiler:
   def compile(self, src: str) -> bytes:
     raise NotImplementedError(f"{type(self).__name__} must implement compile")
 
-  def cache_path(self, src: str) -> pathlib.Path:
-    key = hashlib.sha256(f"{len(self.cache_key)}:{self.cache_key}".encode() + src.encode()).hexdigest()
-    return cache_dir() / "compiled" / key
+  def cache_path(self, src: str) -> pathlib.Path | None:
+    return cache.entry("compiled", hashlib.sha256(f"{len(self.cache_key)}:{self.cache_key}".encode() + src.encode()).hexdigest())
 
   def compile_cached(self, src: str) -> bytes:
-    """`compile(src)`, reusing an earlier result from disk. A damaged cache entry is deleted and recompiled.
-    DISABLE_COMPILER_CACHE=1 skips the cache entirely."""
-    if not disk_cache_enabled(): return self.compile(src)
-    try: path = self.cache_path(src)
-    except OSError: return self.compile(src)    # no usable cache directory: compile every time
-    cached = read_cache_entry(path, "compiler")
+    """`compile(src)`, reusing an earlier result from disk (minigrad.cache: trusted folders only). A damaged cache
+    entry is deleted and recompiled. DISABLE_COMPILER_CACHE=1 (or no usable cache folder) compiles every time."""
+    if not disk_cache_enabled() or (path := self.cache_path(src)) is None: return self.compile(src)
+    cached = cache.read(path, "compiler")
     if cached is not None: return cached
     binary = self.compile(src)
-    write_cache_entry(path, binary, "compiler")
+    cache.write(path, binary, "compiler")
     return binary
 
 
 def disk_cache_enabled() -> bool:
-  """False when DISABLE_COMPILER_CACHE is set: then neither compiled binaries nor rendered kernels are cached."""
-  return os.environ.get("DISABLE_COMPILER_CACHE", "0") in ("", "0")
-
-
-def read_cache_entry(path: pathlib.Path, what: str) -> bytes | None:
-  """The payload of a disk cache entry written by write_cache_entry, or None when there is none. A damaged entry
-  (its checksum doesn't match) is deleted."""
-  try: blob = path.read_bytes()
-  except OSError: return None
-  header_size = len(_CACHE_MAGIC) + _DIGEST_SIZE
-  payload = blob[header_size:]
-  if blob[:len(_CACHE_MAGIC)] == _CACHE_MAGIC and blob[len(_CACHE_MAGIC):header_size] == hashlib.sha256(payload).digest():
-    return payload
-  if DEBUG >= 1: print(f"{what} cache: damaged entry {path}, made anew")
-  try: path.unlink()
-  except OSError: pass
-  return None
-
-
-def write_cache_entry(path: pathlib.Path, payload: bytes, what: str) -> None:
-  """Store `payload` at `path` with a checksum, atomically (see atomic_write)."""
-  atomic_write(path, _CACHE_MAGIC + hashlib.sha256(payload).digest() + payload, what)
+  """False when DISABLE_COMPILER_CACHE is set or the cache folder isn't trusted (minigrad.cache): then neither
+  compiled binaries nor rendered kernels are cached."""
+  return cache.enabled()
 
 
 # ---------------------------------------------------------------- devices

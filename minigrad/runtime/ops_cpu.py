@@ -26,10 +26,10 @@ import tempfile
 import threading
 import time
 import numpy as np
-from minigrad.helpers import DEBUG, cache_dir, cpu_threads
+from minigrad import cache
+from minigrad.helpers import DEBUG, cpu_threads
 from minigrad.target import X86_ARCHS, Target, cpu_target, ensure_runnable, march_flag_candidates
-from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source, disk_cache_enabled, \
-  read_cache_entry, write_cache_entry
+from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source
 from minigrad.runtime.cpu_pool import ENTRY_SUFFIX, LaunchList
 
 PARALLEL_MIN_WORK = 1 << 16   # loop iterations below which a second thread costs more than it saves
@@ -270,8 +270,8 @@ class CCompiler(Compiler):
     run and one tiny compile; a compiler that rejects that compile gets one compile per feature, to tell which it lacks."""
     key = _probe_key(self.argv, self.version, flags, self.target)
     if key in _probed: return _probed[key]
-    path = cache_dir() / "compiler_probes" / hashlib.sha256(key.encode()).hexdigest() if disk_cache_enabled() else None
-    cached = read_cache_entry(path, "compiler probe") if path is not None else None
+    path = cache.entry("compiler_probes", hashlib.sha256(key.encode()).hexdigest()) if cache.enabled() else None
+    cached = cache.read(path, "compiler probe") if path is not None else None
     try: capabilities = CompilerCapabilities(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(cached).items()}) if cached else None
     except (ValueError, TypeError): capabilities = None   # written by another version of this class: asked again
     if capabilities is None:
@@ -280,7 +280,7 @@ class CCompiler(Compiler):
         if DEBUG >= 1: print(f"C compiler {self.description}: its probe did not finish within {self.timeout_s} s")
         return CompilerCapabilities(target_flags=target_flag_candidates(self.target)[0])
       if DEBUG >= 2: print(f"C compiler {self.description}: {capabilities}")
-      if path is not None: write_cache_entry(path, json.dumps(asdict(capabilities)).encode(), "compiler probe")
+      if path is not None: cache.write(path, json.dumps(asdict(capabilities)).encode(), "compiler probe")
     _probed[key] = capabilities
     return capabilities
 
@@ -361,7 +361,7 @@ def _probe_key(argv: list[str], version: str, flags: tuple[str, ...], target: Ta
 def load_library(lib: bytes) -> ctypes.CDLL:
   """dlopen the shared-library bytes. The file is deleted once loaded (the mapping keeps the code alive).
   Falls back to the cache directory when the temp directory is mounted noexec."""
-  directories = [tempfile.gettempdir(), str(cache_dir() / "tmp")]
+  directories = [tempfile.gettempdir()] + ([str(cache.folder("tmp"))] if cache.enabled() else [])
   error: OSError | None = None
   for directory in directories:
     try:

@@ -20,8 +20,10 @@ from typing import Any
 import ctypes
 import os
 import pathlib
+import tempfile
 import numpy as np
-from minigrad.helpers import DEBUG, NOOPT, cache_dir, prod
+from minigrad import cache
+from minigrad.helpers import DEBUG, NOOPT, prod
 from minigrad.runtime.device import Allocator, Compiled, CompileError, Compiler, numbered_source
 
 INSTALL_HINT = "pip install -e '.[cuda]' (installs cuda-python and nvidia-cuda-nvrtc)"
@@ -45,7 +47,8 @@ def _nvrtc_header_dirs() -> list[str]:
   toolkit's include directory ($CUDA_HOME, /usr/local/cuda)."""
   if hasattr(nvrtc, "nvrtcInstallBundledHeaders"):
     major, minor = _nvrtc_check(nvrtc.nvrtcVersion(), "version")
-    target = cache_dir() / f"nvrtc_headers_{major}.{minor}"
+    try: target = cache.folder(f"nvrtc_headers_{major}.{minor}")
+    except OSError: target = pathlib.Path(tempfile.mkdtemp(prefix="minigrad_nvrtc_headers_"))   # no trusted cache folder
     if not (target / "cuda_fp16.h").exists():
       _nvrtc_check(nvrtc.nvrtcInstallBundledHeaders(str(target).encode(), nvrtc.NVRTC_INSTALL_HEADERS_SKIP_IF_EXISTS), "header install")
     return [str(target)]
