@@ -86,9 +86,10 @@ class IndexMixin:
     if out is None:   # every part is empty: still differentiable, with empty gradients, as in torch
       empty = ref.full(ref.shape[:dim] + (0,) + ref.shape[dim + 1:], 0, dtype=dtype)
       return F.Composite.apply(*tensors, fn=lambda *xs: empty, gradient=lambda grad, y, *xs: tuple(x.zeros_like() for x in xs))
-    # a part empty along `dim` adds nothing, but gets a (zero) gradient as in torch: the sum of no elements is exactly 0
-    for t in tensors:
-      if t.requires_grad and t.shape[dim:dim + 1] == (0,) and t.shape != (0,): out = out + t.sum().cast(dtype)
+    # an empty part (along `dim`, or a skipped 1-d empty) adds nothing but gets a (zero) gradient, as in torch; the
+    # values pass unchanged (adding its empty sum, 0, would turn -0.0 into 0.0)
+    if empty_parts := [t for t in tensors if t.requires_grad and t.numel() == 0]:
+      out = F.Composite.apply(out, *empty_parts, fn=lambda o, *xs: o, gradient=lambda grad, y, o, *xs: (grad, *(x.zeros_like() for x in xs)))
     return _fresh(out) if any(out is t for t in tensors) else out
 
   def stack(self, *others: Any, dim: int = 0) -> Tensor:

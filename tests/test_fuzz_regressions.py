@@ -81,3 +81,24 @@ def test_gradient_through_float16_is_within_half_rounding_of_torch():
   theirs = torch.tensor(x, requires_grad=True)
   (theirs.half().abs() + 1).log().float().sum().backward()
   np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy(), rtol=2e-3)
+
+
+def test_a_skipped_1d_empty_part_of_cat_gets_a_zero_gradient():
+  # cat skips 1-d empty tensors (torch's legacy rule), which cut their inputs off from backward: no gradient at all for
+  # v0 (expanded, then shrunk to nothing) and v5 (divides an empty tensor); torch gives zeros
+  v0 = Tensor(np.array(1.5, np.float32), requires_grad=True)
+  v4 = Tensor(np.array([2.0], np.float32), requires_grad=True)
+  (v0.expand((2,)).shrink(((2, 2),)).cat(v4, dim=0) * 3).sum().backward()
+  np.testing.assert_array_equal(v0.grad.numpy(), np.float32(0))
+  np.testing.assert_array_equal(v4.grad.numpy(), [3])
+  v5 = Tensor(np.array([2.0], np.float32), requires_grad=True)
+  empty = Tensor(np.zeros((0,), np.float32), requires_grad=True)
+  (empty / (v5.abs() + 1)).cat(empty @ Tensor(np.zeros((0, 1), np.float32)), dim=0).sum().backward()
+  np.testing.assert_array_equal(v5.grad.numpy(), [0])
+
+
+def test_cat_with_an_empty_part_keeps_negative_zero():
+  # the empty part's gradient hook added its sum (0.0) to the result, turning -0.0 into 0.0
+  part = Tensor(np.zeros((2, 0), np.float32), requires_grad=True)
+  out = Tensor(np.array([[-0.0], [1.0]], np.float32)).cat(part, dim=1).numpy()
+  assert np.signbit(out[0, 0]) and out[1, 0] == 1
