@@ -4,9 +4,9 @@ A training loop builds the same graph every step: the same ops, shapes, dtypes a
 (this step's batch, last step's weights). The scheduler's decisions depend only on that structure, so the second
 time a structure comes, its schedule is the first one's with the buffers swapped.
 
-Input: the graph to schedule (the targets, after earlier results were substituted in). Output: a `Structure` (the
-graph's nodes in a fixed walk order and a key that is equal for two graphs exactly when they have the same
-structure), and, for a key seen before, the schedule rebuilt on this graph's buffers.
+Input: the targets of a realize, with the results earlier schedules computed (each read from its buffer). Output: a
+`Structure` (the graph's nodes in a fixed walk order and a key that is equal for two graphs exactly when they have
+the same structure), and, for a key seen before, the schedule rebuilt on this graph's buffers.
 
 The key lists every node once, in post-order: its op, dtype, arg and the positions of its sources. A BUFFER is a
 parameter: its device, size and dtype, not its identity. Two nodes that are one node in one graph (the same
