@@ -45,7 +45,7 @@ LANES = cpu_target().vector_bytes // 4   # float32 lanes of the CPU device's ker
 def simd_helpers(lanes: int) -> dict[str, tuple[str | None, str, str | None, str]]:
   """helper kind -> (the macro its x86 branch needs (None: it has none), a regex its x86 branch's body matches, a
   line only its portable branch has (None: the portable code is also the x86 branch's fallback), a regex of the
-  built x86 branch's instruction) for helpers on `lanes` float32 lanes. Without wide vectors there are none."""
+  built x86 branch's instruction) for helpers on `lanes` float32 lanes. Without wide vectors only the square root."""
   if lanes == 16:
     avx512, zmm = r"\b_mm512_|__builtin_ia32_", r"\s[^\n]*%zmm"
     return {"exp2f": ("__AVX512F__", avx512, "out[i] = exp2f(x[i]);", "vscalefps" + zmm),
@@ -53,6 +53,7 @@ def simd_helpers(lanes: int) -> dict[str, tuple[str | None, str, str | None, str
             "floorf": ("__AVX512F__", avx512, "out[i] = floorf(x[i]);", "vrndscaleps" + zmm),
             "maxps": ("__AVX512F__", avx512, "mask_v16 m = a > b;", "vmaxps" + zmm),
             "minps": ("__AVX512F__", avx512, "mask_v16 m = a < b;", "vminps" + zmm),
+            "sqrtf": ("__AVX512F__", avx512, "out[i] = sqrtf(x[i]);", "vsqrtps" + zmm),
             "stream_float": ("__AVX512F__", avx512, None, "vmovntps" + zmm)}
   if lanes == 8:
     avx, ymm = r"\b_mm256_|__builtin_ia32_", r"\s[^\n]*%ymm"
@@ -61,7 +62,9 @@ def simd_helpers(lanes: int) -> dict[str, tuple[str | None, str, str | None, str
             "floorf": ("__AVX__", avx, "out[i] = floorf(x[i]);", "vroundps" + ymm),
             "maxps": ("__AVX__", avx, "mask_v8 m = a > b;", "vmaxps" + ymm),
             "minps": ("__AVX__", avx, "mask_v8 m = a < b;", "vminps" + ymm),
+            "sqrtf": ("__AVX__", avx, "out[i] = sqrtf(x[i]);", "vsqrtps" + ymm),
             "stream_float": ("__AVX__", avx, None, "vmovntps" + ymm)}
+  if lanes == 4: return {"sqrtf": ("__SSE__", r"\b_mm_", "out[i] = sqrtf(x[i]);", r"sqrtps\s[^\n]*%xmm")}
   return {}
 
 
@@ -123,7 +126,7 @@ def assert_helpers_built_for_the_target(source: str, compiler: Compiler, kinds, 
   """The kernel calls each kind of helper on the Target's lanes (floorf -> floorf_v16 with AVX-512); each compiles to
   its x86 branch exactly when the compiler's target defines that branch's macro on x86-64 (else to its portable
   code), and the built library holds the branch's instruction in the first case and no register of that width in
-  the second. Without wide vectors (the SSE2 baseline) the kernel calls none of them."""
+  the second. Without wide vectors (the SSE2 baseline) the kernel calls none of them but the square root."""
   helpers = simd_helpers(LANES)
   code = disassembly(compiler.compile_cached(source), tmp_path)
   kernel = source[source.index("void "):]
@@ -345,6 +348,20 @@ def test_simd_exp2_is_accurate_over_the_whole_float_range(cpu_compiler, tmp_path
 
 
 @pytest.mark.parametrize("cpu_compiler", HOST_AND_NO_AVX512, indirect=True)
+def test_vector_sqrt_is_one_instruction_and_exact(cpu_compiler, tmp_path):
+  # Adam's update takes the square root of every second moment: one x86 instruction per vector (clang 14 leaves the
+  # portable loop over the lanes as scalar square roots), correctly rounded as sqrtf, NaN below zero
+  x = np.concatenate([np.random.default_rng(3).random(264) * 100, [0.0, -0.0, -1, np.inf, -np.inf, np.nan, 1e-45, 3e38]])
+  x = x.astype(np.float32)
+  t = Tensor(x, device="CPU").sqrt()
+  (item,) = t.schedule()
+  assert_helpers_built_for_the_target(get_kernel(item.ast, "CPU").source, cpu_compiler, ["sqrtf"], tmp_path)
+  with np.errstate(invalid="ignore"): expected = np.sqrt(x)
+  np.testing.assert_array_equal(t.numpy(), expected)
+  np.testing.assert_array_equal(np.signbit(t.numpy()), np.signbit(expected))
+
+
+@pytest.mark.parametrize("cpu_compiler", HOST_AND_NO_AVX512, indirect=True)
 def test_select_idioms_keep_nans_and_signed_zeros(cpu_compiler, tmp_path):
   x = np.array([-0.0, 0.0, -200, 200, np.nan, np.inf, -np.inf, 1, -1, 88.9, 89.1, -104, -103.9, 5, 6, 7], np.float32)
   y = np.array([0.0, -0.0, np.nan, 1, 2, np.nan, 0, 1, -2, 89, 89, -104, -0.0, 6, 6, -7], np.float32)
@@ -433,6 +450,20 @@ def test_one_hot_pick_out_of_range_reads_zero():
   assert reduce_loops(t) == 0
   expected = np.array([x[i] if 0 <= i < 6 else np.zeros(10, np.float32) for i in idx])
   np.testing.assert_array_equal(t.numpy(), expected)
+
+
+def test_one_hot_pick_over_upcast_rows_indexes_with_scalars():
+  # every output row of a gather upcast (3 rows x 4 lanes): the gathered lanes are a vector of indices, and the
+  # contiguous loads of the index rows take lane 0 of row + (0, 1, 2, 3): a scalar whose bounds the launch can check
+  from minigrad.codegen.kernel import Opt
+  from minigrad.engine.realize import buffer_of
+  index = np.array([[0, 1, 0, 2], [0, 0, 1, 2], [2, 2, 2, 0]], dtype=np.int32)
+  x = np.arange(15, dtype=np.float32).reshape(3, 5)
+  (item,) = Tensor(x).gather(0, Tensor(index)).schedule()
+  program = get_kernel(item.ast, "CPU", [Opt("UPCAST", 1, 4), Opt("UPCAST", 0, 3)])
+  bufs = [buffer_of(node).allocate() for node in item.bufs]
+  program(bufs)
+  np.testing.assert_array_equal(bufs[0].numpy().reshape(3, 4), x[index, np.arange(4)])
 
 
 def test_scalar_selects_in_vector_kernels_blend():

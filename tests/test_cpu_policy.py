@@ -18,6 +18,7 @@ from minigrad.opt import heuristics
 from minigrad.codegen.kernel import Opt
 from minigrad.opt.cpu_policy import conv_row_width as _lane_width
 from minigrad.runtime.device import available_devices
+from minigrad.engine.realize import buffer_of, get_kernel
 from minigrad.opt import cpu_policy
 from cpu_targets import AVX2, AVX512, AVX512_HALVED, NEON, SSE2, TARGETS, body, decide, float_lanes, pin_policy_target, \
   render, tile_of, widest_float_vector
@@ -37,8 +38,6 @@ TARGET_PARAMS = [pytest.param(target, id=name) for name, target in TARGETS.items
 SIXTEEN_REGISTER_TILES = ("minigrad.opt.cpu_policy.panel_widths gives Targets with 16 vector registers (AVX2, SSE2) panels of "
                           "4 vectors while their matmul register tiles are 2 vectors wide (6 rows x 2 vectors: 12 accumulators), so "
                           "each tile reads half of every panel row, a div/mod per tile in the index")
-NO_DOT_TILE = ("heuristics rule 5: with 12 accumulators the best dot-product tile from TILE_ROWS on 64x32 outputs is 2x4 "
-               "(0.75 loads per multiply-add), which `< 1 - min_reuse` (0.75) refuses; 3 rows (3x4: 0.58) are never tried")
 
 
 # ---------------------------------------------------------------- what the policy reads from a Target
@@ -157,10 +156,7 @@ def test_matmul_tile_reads_exactly_one_panel(target, monkeypatch):
   assert tile_columns(kernel) == panel, (kernel.applied_opts, cpu_policy.panel_widths(target))
 
 
-@pytest.mark.parametrize("target", [pytest.param(AVX512, id="avx512"), pytest.param(NEON, id="neon"),
-                                    pytest.param(AVX512_HALVED, id="avx512_halved"),
-                                    pytest.param(AVX2, id="avx2", marks=pytest.mark.xfail(strict=True, reason=NO_DOT_TILE)),
-                                    pytest.param(SSE2, id="sse2", marks=pytest.mark.xfail(strict=True, reason=NO_DOT_TILE))])
+@pytest.mark.parametrize("target", TARGET_PARAMS)
 def test_dot_products_share_their_loads_in_a_register_tile(target):
   # x @ w.T (nn.Linear's forward with few rows, unpacked): a tile of outputs shares each loaded vector. Without a
   # tile, each multiply-add loads two vectors
@@ -169,6 +165,35 @@ def test_dot_products_share_their_loads_in_a_register_tile(target):
   lanes, accumulators = tile_of(kernel)
   assert kernel.applied_opts[0] == Opt("UNROLL", 0, float_lanes(target)) and accumulators > 1, kernel.applied_opts
   assert accumulators <= cpu_policy.max_accumulators(target)
+
+
+@pytest.mark.parametrize("target, expected", by_target({
+  #                 g @ w: (rows, vectors)   relu(h + b) @ w.T: (rows of h, rows of w)
+  "avx512":        ((4, 4), (3, 8)),
+  "avx2":          ((4, 2), (3, 3)),
+  "sse2":          ((4, 2), (3, 3)),
+  "avx512_halved": ((4, 4), (3, 8)),
+  "neon":          ((4, 4), (3, 8)),
+}))
+def test_register_tiles_leave_registers_for_their_operands(target, expected):
+  # beside its accumulators a tile keeps the operands its statements reuse live: row by row a row's vectors, in a
+  # dot-product tile the vectors of the dim with fewer rows, and relu's zero. An MLP's second layer, 128x128 outputs:
+  # with 16 registers 3 rows x 4 vectors (12 + 4 + 1) and 3 x 4 dot products of relu(h + b) (12 + 3 + 1 + 1) made the
+  # compilers spill accumulators in every trip of the reduce loop
+  g, w, h, b = arr(128, 128), arr(128, 256), arr(128, 256), arr(256)
+  product = Tensor(g) @ Tensor(w)
+  dots = (Tensor(h) + Tensor(b)).relu() @ Tensor(w).T
+  tiles = []
+  for t, expected_numbers in ((product, g @ w), (dots, np.maximum(h + b, 0) @ w.T)):
+    item = t.schedule()[-1]
+    opts = decide(item.ast, target).applied_opts
+    upcasts = {o.axis: o.amount for o in opts[1:] if o.op == "UPCAST"}
+    tiles.append((upcasts.get(0, 1), upcasts.get(1, 1)))
+    program = get_kernel(item.ast, "CPU", opts)   # the decided actions on the host's Target
+    bufs = [buffer_of(node).allocate() for node in item.bufs]
+    program(bufs)
+    np.testing.assert_allclose(bufs[0].numpy().reshape(expected_numbers.shape), expected_numbers, rtol=1e-4, atol=1e-3)
+  assert tuple(tiles) == expected
 
 
 # ---------------------------------------------------------------- convolution rows, packed panels

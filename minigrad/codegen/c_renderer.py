@@ -309,16 +309,17 @@ class CRenderer:
     return lines
 
   def vector_math(self, uops: list[UOp]) -> list[str]:
-    """exp2/log2/sin/sqrt/trunc on float32 vectors: glibc's libmvec SIMD versions (trunc: one x86 rounding
-    instruction) where the CPU has them, else a loop over the lanes."""
+    """exp2/log2/sin/sqrt/trunc on float32 vectors: glibc's libmvec SIMD versions (sqrt, trunc: one x86
+    instruction) where the CPU has them, else a loop over the lanes (clang 14 leaves its square roots scalar)."""
     lines = []
     used = sorted({(u.op, u.dtype.count) for u in uops if u.op in VECTOR_MATH and u.dtype.count > 1}, key=lambda x: (x[0].value, x[1]))
-    if any(op in (Ops.TRUNC, Ops.EXP2) for op, _ in used): lines += X86_INCLUDE
+    if any(op in (Ops.TRUNC, Ops.EXP2, Ops.SQRT) for op, _ in used): lines += X86_INCLUDE
     for op, width in used:
       name, vec = VECTOR_MATH[op], self.type_name(dtypes.float32.vec(width))
       lines.append(f"static inline {vec} {name}_v{width}({vec} x) {{")
       fast = None
       if op is Ops.TRUNC and width in X86_TRUNC: fast = (X86_TRUNC[width][0], [f"  return {X86_TRUNC[width][1]};"])
+      elif op is Ops.SQRT and width in X86_SQRT: fast = (X86_SQRT[width][0], [f"  return {X86_SQRT[width][1]};"])
       elif op is Ops.EXP2 and width == 16: fast = ("__AVX512F__", _exp2_avx512(vec))
       elif op is not Ops.SQRT and op is not Ops.TRUNC and width in LIBMVEC:
         letter, feature = LIBMVEC[width]
@@ -487,6 +488,8 @@ X86_MASKED_LOAD = {
   (dtypes.float32, 8): ("__AVX2__", "_mm256_maskload_ps(p, (__m256i)m)"),
   (dtypes.float32, 4): ("__AVX2__", "_mm_maskload_ps(p, (__m128i)m)"),
 }
+# correctly rounded square roots (as sqrtf's) by vector width: (C macro, call)
+X86_SQRT = {4: ("__SSE__", "_mm_sqrt_ps(x)"), 8: ("__AVX__", "_mm256_sqrt_ps(x)"), 16: ("__AVX512F__", "_mm512_sqrt_ps(x)")}
 # round toward zero (immediate 11 = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), by vector width: (C macro, call)
 X86_TRUNC = {4: ("__SSE4_1__", "_mm_round_ps(x, 11)"), 8: ("__AVX__", "_mm256_round_ps(x, 11)"), 16: ("__AVX512F__", "_mm512_roundscale_ps(x, 11)")}
 

@@ -229,9 +229,14 @@ def transposed_stores(stores: list[UOp], width: int) -> list[UOp]:
   return [new for store in stores for new in replace.get(store, [store])]
 
 
-# GEP of a VECTORIZE is the element; VECTORIZE of a vector's GEPs in order is the vector
+INT_LANE_VECTORS = tuple(dtypes.int32.vec(w) for w in (2, 4, 8, 16))
+# GEP of a VECTORIZE is the element, also through int arithmetic on VECTORIZEs (a lane of row + (0, 1, 2, 3), the
+# index of a contiguous load whose lanes other code takes as a vector, folds to a scalar whose bounds are known);
+# VECTORIZE of a vector's GEPs in order is the vector
 lane_folding = PatternMatcher([
   (UPat(Ops.GEP, src=(UPat(Ops.VECTORIZE, name="vec"),), name="gep"), lambda gep, vec: vec.src[gep.arg]),
+  (UPat(Ops.GEP, src=(UPat((Ops.ADD, Ops.MUL), dtype=INT_LANE_VECTORS, src=(UPat(Ops.VECTORIZE), UPat(Ops.VECTORIZE)), name="alu"),), name="gep"),
+   lambda gep, alu: UOp(alu.op, gep.dtype, tuple(s.src[gep.arg] for s in alu.src))),
   (UPat(Ops.VECTORIZE, name="vec"), lambda vec: vec.src[0].src[0] if all(s.op is Ops.GEP and s.src[0] is vec.src[0].src[0] and s.arg == i
                                                                           for i, s in enumerate(vec.src)) and vec.src[0].src[0].dtype == vec.dtype else None),
 ])

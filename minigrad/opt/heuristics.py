@@ -11,18 +11,18 @@ they use come from the kernel's Target through minigrad/opt/cpu_policy.py (AVX2:
      across the lanes becomes a masked vector load. An elementwise kernel that transposes takes its lanes along
      the input's contiguous dim instead, and moves a square block per trip (stored by shuffles) or writes its lanes
      one by one.
-  2. register tile, in a reduce kernel with lanes: up to 24 accumulators (of 32 registers; 8 or more keep both
-     FMA units busy through their 4-cycle latency) from more vectors along the lane dim, rows of a dim the
-     vector loads don't depend on (a matmul's rows, a convolution's output channels) and another output dim
-     (a convolution's output rows). Rows may pad their dim by up to MAX_PAD_WASTE: a 1024-row matmul takes
-     6 rows x 4 vectors on 1026 rows, 10 loads per 24 multiply-adds against 8 per 16 for 4 x 4 (the padded
-     rows' loads read row 0 instead of branching, see Kernel.padding_only). Of the candidates, the one with the
-     fewest loads per multiply-add in a trip of the reduce loop wins; loads whose indices coincide count once,
-     so a 3x3 window's overlapping input rows are shared between output rows, masked loads (padding) count 3,
-     and loads of an input that stays in cache from one tile to the next count nothing (a convolution's
-     weights: its best tile is 16 output channels x 1 row, 16 multiply-adds per input vector, each weight
-     broadcast inside its FMA).
-     A tile that would fetch more than MAX_STREAMED_LINES cache lines from L2 per multiply-add is passed over
+  2. register tile, in a reduce kernel with lanes: up to 24 accumulators (of 32 registers; 8 or more keep both FMA
+     units busy through their 4-cycle latency) from more vectors along the lane dim, rows of a dim the vector loads
+     don't depend on (a matmul's rows, a convolution's output channels) and another output dim (a convolution's
+     output rows); the accumulators and the operands the tile's statements keep live must fit the registers (AVX2's
+     16 hold 6 rows x 2 vectors, not 3 x 4). Rows may pad their dim by up to MAX_PAD_WASTE: a 1024-row matmul takes
+     6 rows x 4 vectors on 1026 rows, 10 loads per 24 multiply-adds against 8 per 16 for 4 x 4 (the padded rows'
+     loads read row 0 instead of branching, see Kernel.padding_only). Of the candidates, the one with the fewest
+     loads per multiply-add in a trip of the reduce loop wins; loads whose indices coincide count once, so a 3x3
+     window's overlapping input rows are shared between output rows, masked loads (padding) count 3, and loads of
+     an input that stays in cache from one tile to the next count nothing (a convolution's weights: its best tile
+     is 16 output channels x 1 row, 16 multiply-adds per input vector, each weight broadcast inside its FMA).
+     A tile that would fetch MAX_STREAMED_LINES cache lines or more from L2 per multiply-add is passed over
      for the next best one: a weight gradient dy.T @ x (256x784 over a batch of 128) with 7 vectors x 2 rows
      reads 7 new lines of x per 14 multiply-adds and runs at half the speed of 1 vector x 16 rows, whose 16
      weights per trip come from one cache line that stays in L1.
@@ -61,7 +61,7 @@ from minigrad.uop.shapetracker import ShapeTracker
 from minigrad.uop.symbolic import split_terms
 
 LANES = tuple(sorted(VECTOR_WIDTHS, reverse=True))
-TILE_ROWS = (1, 2, 4, 6, 8, 16)   # register tile rows tried
+TILE_ROWS = (1, 2, 3, 4, 6, 8, 16)   # register tile rows tried (3 x 4 dot products fill AVX2's 12 accumulators)
 MAX_PAD_WASTE = 1 / 64     # a tile's rows may pad their dim (PADTO) by up to this fraction
 MAX_ONE_HOT_VECTORS = 64   # vectors added under one IF by a one-hot sum (rule 8)
 MAX_UNROLLED_REDUCE = 4    # reduce dims up to this size are unrolled whole
@@ -70,7 +70,7 @@ MASKED_LOAD_COST = 3       # a padded vector load: its lane mask and the masked 
 MIN_OUTER_TRIPS = 8        # a matrix product's column tiles run outermost (shared by the threads) from this many on
 FUSED_MIN_ROWS = 64        # a fused-reduce kernel with this many rows takes two per outer loop trip
 MIN_REUSE_TILES = 8        # an input part that stays in cache (see cached_bytes) when this many consecutive tiles read it
-MAX_STREAMED_LINES = 1 / 3  # cache lines from L2 per multiply-add a tile may need (a 4x4 tile on a packed panel: 0.27)
+MAX_STREAMED_LINES = 1 / 3  # cache lines from L2 per multiply-add a tile must stay under (a 4x4 tile on a packed panel: 0.27)
 MAX_STREAM_CHECKS = 8      # the best tiles by loads per multiply-add that are checked for it
 
 
@@ -180,10 +180,11 @@ def _cpu_optimizations(k: Kernel) -> None:
   for axis in reversed(reduces):
     fitting = [w for w in widths if _lanes_fit(k, Opt("UNROLL", reduces.index(axis), w))]
     if not fitting: continue
-    # dot products (x @ w.T): a tile of outputs shares the loaded vectors
+    # dot products (x @ w.T): a tile of outputs shares the loaded vectors, when it saves at least an eighth of them
+    # (a matrix-vector product, whose rows share one vector of w, never does: it streams)
     tiled = k.copy()
     tiled.apply_opt(Opt("UNROLL", reduces.index(axis), fitting[0]))
-    if _register_tile(tiled, None, min_reuse=0.25):
+    if _register_tile(tiled, None, min_reuse=1 / 8):
       for opt in tiled.applied_opts[len(k.applied_opts):]: k.apply_opt(opt)
       return
     # else independent vectors per trip, streamed
@@ -264,7 +265,7 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
   more vectors along the lane dim (`lane_remainder`, what is left of it as a loop) and up to two other output
   dims: a matmul's rows, a convolution's output channels and rows. Only tiles that need fewer loads per
   multiply-add than no tile count (a plain sum gains nothing), and with `min_reuse` fewer than 1 - `min_reuse`;
-  with none left, nothing applies (returns False). Of the best ones, the first that streams at most
+  with none left, nothing applies (returns False). Of the best ones, the first that streams less than
   MAX_STREAMED_LINES from L2 per multiply-add wins, else the best."""
   globals_ = k.axes_of("global")
   vector_loads = [st for st in _loop_loads(k) if index_strides(st)[k.shape_len - 1] == 1]
@@ -286,6 +287,11 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
       # by row, so one broadcast of a row is live at a time (in the other order gcc and clang keep all of them in
       # registers and spill accumulators)
       order = [lane_remainder] + axes if prod(amounts.values()) <= row_by_row_accumulators(k.target) else axes + [lane_remainder]
+      # a dot-product tile (lanes on the reduce dim) loads a vector for every row of both dims: the bigger dim's go
+      # first, one at a time, so only the smaller dim's vectors stay live beside the accumulators (AVX2's 2 x 6
+      # tile the other way round keeps 6 and spills accumulators)
+      if lane_remainder is None: order = sorted(axes, key=lambda a: -amounts.get(a, 1))
+      if prod(amounts.values()) + _live_loads(k, amounts, order) > k.target.vector_registers: continue
       shape = tuple(pads.get(a, size) for a, size in enumerate(k.full_shape))
       opts = [Opt("PADTO", a, amounts[a]) for a in pads] + _upcasts(globals_, [(a, amounts[a]) for a in order if a in amounts], shape) + unrolls
       resident = _resident_inputs(k, amounts) if unrolled else frozenset()
@@ -300,9 +306,23 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
   candidates = sorted([c for c in candidates if c[0][0] < bound], key=lambda c: c[0])
   tiled = [t for _, opts in candidates[:MAX_STREAM_CHECKS] if (t := _tiled(k, opts)) is not None]
   if not tiled: return False
-  chosen = next((t for t in tiled if _streamed_lines(t) <= MAX_STREAMED_LINES), tiled[0])
+  chosen = next((t for t in tiled if _streamed_lines(t) < MAX_STREAMED_LINES), tiled[0])
   for opt in chosen.applied_opts[len(k.applied_opts):]: k.apply_opt(opt)
   return True
+
+
+def _live_loads(k: Kernel, amounts: dict[int, int], order: list[int | None]) -> int:
+  """Vector registers a tile's loaded values take beside its accumulators, with the statements in `order` (the first
+  tile dim outermost): the operands that don't depend on the outermost dim are reused by each of its rows, so all
+  of them stay live (a 3 x 4 tile row by row keeps its 4 vectors: with 12 accumulators, 17 of AVX2's 16 registers,
+  and the compilers spill accumulators), plus one for the outermost dim's current operand. Loads indexed alike
+  make one operand (relu(x + bias) is one value per row of x), so the input with the most distinct loads counts;
+  each constant the operands are computed with (relu's zero) takes a register too."""
+  outer = next((a for a in order if amounts.get(a, 1) > 1), None)
+  inner = {a: n for a, n in amounts.items() if a != outer}
+  reused = [st for st in _loop_loads(k) if outer is None or index_strides(st)[outer] == 0]
+  constants = {n.arg for r in k.ast.toposort if r.op is Ops.REDUCE_AXIS for n in r.src[0].toposort if n.op is Ops.CONST}
+  return max((_count_loads([(index_strides(st)[a], n) for a, n in inner.items()]) for st in reused), default=0) + 1 + len(constants)
 
 
 def _with_opts(k: Kernel, opts: list[Opt]) -> Kernel | None:
@@ -321,11 +341,12 @@ def _tiled(k: Kernel, opts: list[Opt]) -> Kernel | None:
 
 
 def _streamed_lines(k: Kernel) -> float:
-  """Cache lines per multiply-add a tiled kernel fetches from L2 (an estimate, counting float32 elements). Per
-  trip of the reduce loop an input's tile reads the distinct lines of its loads (a vector is a line; scalars
-  broadcast to the lanes share lines when their indices are close); a scalar that walks along the innermost
-  reduce loop needs a new line every line_elements trips. The input comes from L1 instead when the innermost
-  output loop doesn't move it and its part over the whole reduce loop fits in l1_resident_bytes."""
+  """Cache lines per multiply-add a tiled kernel fetches from L2 (an estimate, counting float32 elements). Per trip
+  of the reduce loop an input's tile reads the distinct lines of its loads (a vector is a line; scalars broadcast to
+  the lanes share lines when their indices are close); a scalar that walks along the innermost reduce loop needs a
+  new line every line_elements trips, a dot product's vector narrower than a line (AVX2's 8 lanes) every
+  line_elements / lanes trips. The input comes from L1 instead when the innermost output loop doesn't move it and its
+  part over the whole reduce loop fits in l1_resident_bytes."""
   lanes = k.first_upcast
   tile_dims = list(range(lanes + 1, k.shape_len))
   fmas = prod(k.full_shape[d] for d in tile_dims)
@@ -338,7 +359,10 @@ def _streamed_lines(k: Kernel) -> float:
     if any(strides[d] is None for d in tile_dims + loops + globals_[-1:]): continue   # not affine: not counted
     offsets = _tile_offsets([(strides[d], k.full_shape[d]) for d in tile_dims])
     per_trip = len({o // line_elements(k.target) for o in offsets})
-    if strides[lanes] != 1 and loops and abs(strides[loops[-1]]) == 1: per_trip /= line_elements(k.target)
+    # an input the innermost reduce loop walks contiguously (a scalar per trip, or in a dot product a vector of the
+    # lanes) takes a new line only every few trips
+    width = k.full_shape[lanes] if strides[lanes] == 1 else 1
+    if loops and abs(strides[loops[-1]]) == width < line_elements(k.target): per_trip *= width / line_elements(k.target)
     in_l1 = bool(globals_) and strides[globals_[-1]] == 0 and per_trip * k.target.cache_line_bytes * trips <= l1_resident_bytes(k.target)
     if not in_l1: lines += per_trip
   return lines / fmas

@@ -12,9 +12,9 @@ the same few cache sets, so unpacked strips evict each other.)
 A transposed b (its columns a row apart: w in `x @ w.T`, a Linear layer's (out, in) weight) is packed whatever its
 size once MIN_ROWS_TRANSPOSED output rows reuse it. Unpacked, the kernel can only take dot products along k, one
 horizontal sum per output; packed, it gets the same vector tiles as `x @ w`, faster even with the
-copy. So is one with a short k (under MIN_REDUCE), once MIN_ROWS_SHORT_K rows reuse it,
-also one per batch: attention's scores q @ k.T per head over 32 dims, where a dot product would end after two trips
-in 16 horizontal sums.
+copy. So is one with a short k (up to MAX_SHORT_K), once MIN_ROWS_SHORT_K rows reuse it,
+also one per batch: attention's scores q @ k.T per head over 32 or 64 dims, where a dot product would end after two
+or four trips (of 16 lanes) in 16 horizontal sums.
 
 The other operand, a in a[i, k], is read one row per tile row and trip of the reduce loop. When it lies k-major (a
 weight gradient's dy.T, its rows i side by side) with its k rows a multiple of 2 KB apart (so they share a few cache
@@ -36,7 +36,8 @@ from minigrad.target import cpu_target
 MIN_ROWS = 64                 # the packed copy must be reused by at least this many output rows
 MIN_ROWS_TRANSPOSED = 256     # ... when b is transposed: fewer rows run faster on dot products along k as b lies
 MIN_REDUCE = 64               # and be long enough in k to pay for the copy
-MIN_ROWS_SHORT_K = 32         # ... except a transposed b (also one per batch) with a shorter k, once this many rows reuse it
+MAX_SHORT_K = 64              # ... except a transposed b (also one per batch) with a k this short,
+MIN_ROWS_SHORT_K = 32         # once this many rows reuse it
 ALIASED_ROW_BYTES = 2048      # a k-major first operand whose rows are a multiple of this apart is copied row-major
 PACKED_DEVICES = ("CPU", "LLVM")   # a layout for CPU caches
 
@@ -124,8 +125,8 @@ def _packing_plan(item, load: UOp):
   transposed = s_j != 1
   if width is None or not rows or (batch_axes and not transposed): return None
   reuse = prod(view.shape[a] for a in rows + batch_axes)
-  if transposed and K < MIN_REDUCE:
-    # a short k (attention's q @ k.T over a head's 32 dims): dot products would end after 2 trips in 16 horizontal sums
+  if transposed and K <= MAX_SHORT_K:
+    # a short k (attention's q @ k.T over a head's 64 dims): dot products would end after 4 trips in 16 horizontal sums
     if prod(view.shape[a] for a in rows) < MIN_ROWS_SHORT_K: return None
   elif K < MIN_REDUCE: return None
   # every row dim reads b at the same place: a transposed b is reused by all of them (a batch's tokens, say)
