@@ -187,12 +187,16 @@ def _note_written(nbytes: int) -> None:
     evict(cap_bytes())
 
 
-def entries(base: pathlib.Path) -> list[tuple[pathlib.Path, os.stat_result]]:
-  """The entry files under `base` (temp files and the stats file left out), with their stat."""
+# the folders of entries, the ones the cap evicts from (others, like NVRTC's headers, are left whole)
+ENTRY_KINDS = ("compiled", "kernels", "beam", "compiler_probes", "cpu_targets")
+
+
+def entries(base: pathlib.Path, kinds: tuple[str, ...] = ENTRY_KINDS) -> list[tuple[pathlib.Path, os.stat_result]]:
+  """The entry files in the folders `kinds` of `base` (temp files left out), with their stat."""
   found = []
-  for directory, _, files in os.walk(base):
+  for directory, _, files in (walked for kind in kinds for walked in os.walk(base / kind)):
     for name in files:
-      if name.startswith(".") or name == STATS_FILE: continue
+      if name.startswith("."): continue
       path = pathlib.Path(directory) / name
       try: found.append((path, path.lstat()))
       except OSError: pass

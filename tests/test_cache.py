@@ -119,9 +119,12 @@ def test_the_cap_evicts_the_least_recently_used(folder, monkeypatch):
     cache.write(path, bytes(1000), "test")
     os.utime(path, (i, i))   # entry0 the oldest
   cache.read(kernels / "entry0", "test")   # a hit makes it the most recently used
+  headers = cache.folder("nvrtc_headers_test") / "cuda_fp16.h"   # not an entry: never evicted
+  headers.write_bytes(bytes(5000))
+  os.utime(headers, (0, 0))
   deleted = cache.evict(8 * 1000)
   left = sorted(p.name for p in kernels.iterdir())
-  assert deleted > 0 and "entry0" in left and "entry1" not in left and "entry9" in left
+  assert deleted > 0 and "entry0" in left and "entry1" not in left and "entry9" in left and headers.exists()
   assert sum(p.stat().st_size for p in kernels.iterdir()) <= 0.9 * 8 * 1000
 
 
