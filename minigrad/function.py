@@ -11,6 +11,8 @@ import math
 from minigrad.dtype import DType
 from minigrad.uop.ops import UOp, Ops, toposort
 from minigrad.uop.shapetracker import ShapeTracker
+from minigrad import viz
+from minigrad.viz import source
 if TYPE_CHECKING: from minigrad.tensor import Tensor
 
 
@@ -43,6 +45,7 @@ class Function:
     from minigrad.tensor import Tensor
     fn = cls(*inputs)
     out = Tensor(fn.forward(*[t.uop for t in inputs], **kwargs))
+    if viz.capturing: source.note(out.uop)   # VIZ, PROFILE or DEBUG>=3: the user's line that asked for this op
     if Tensor.grad_enabled and any(fn.needs_grad):
       out.requires_grad, out._ctx = True, fn
     return out

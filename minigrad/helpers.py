@@ -37,6 +37,8 @@ class ContextVar:
 
 
 DEBUG, BEAM, NOOPT = ContextVar("DEBUG", 0), ContextVar("BEAM", 0), ContextVar("NOOPT", 0)
+# VIZ=1: an HTML report of every schedule and kernel; PROFILE=1: a Chrome trace-event JSON (minigrad/viz/)
+VIZ, PROFILE = ContextVar("VIZ", 0), ContextVar("PROFILE", 0)
 
 
 class GlobalCounters:

@@ -7,13 +7,16 @@ also kept on disk.
 
 `buffers` maps each BUFFER node of the tensor graph to its runtime Buffer. It is a documented cache with weak
 keys: when no graph mentions a BUFFER node any more, its memory is freed. Intermediates of a schedule that no
-graph mentions after it share memory (minigrad/engine/memory.py). TinyJit's hooks close the file.
+graph mentions after it share memory (minigrad/engine/memory.py). With PROFILE=1 or VIZ=1 (minigrad/viz/) every launch
+is timed (it waits for the device) and recorded, and rendering, compiling and BEAM search are traced. TinyJit's hooks
+close the file.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 import atexit
 import functools
+import time
 import weakref
 from minigrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, colored, getenv, prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, pretty
@@ -24,6 +27,8 @@ from minigrad.codegen.linearizer import linearize_for
 from minigrad.runtime.device import Buffer, Device, disk_cache_enabled
 from minigrad.engine.memory import MemoryPlan, plan_memory
 from minigrad.engine import kernel_cache
+from minigrad import viz
+from minigrad.viz import boundaries, trace
 
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 
@@ -128,16 +133,20 @@ def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> Compiled
   else the hand-coded ones."""
   if opts is None and BEAM >= 1:
     from minigrad.engine.search import beam_search   # search.py builds on this module: import it when used
+    start = time.perf_counter()
     opts = beam_search(ast, device, BEAM.value)
+    if viz.profiling: trace.complete("BEAM search", "beam", start, opts=str(opts))
   key = (ast, device, None if opts is None else tuple(opts))
   if (found := compiled_kernels.pop(key, None)) is not None:
     compiled_kernels[key] = found   # the most recently used last
     return found
+  start = time.perf_counter()
   path = kernel_cache.entry_path(ast, device, opts) if disk_cache_enabled() else None
   if path is not None and (rendered := kernel_cache.load(path, lambda: new_kernel(ast, device))) is not None:
     kernel, uops, source = rendered
     _print_kernel(kernel)
     _print_code(uops, source)
+    if viz.profiling: trace.complete(f"render {kernel.name} (disk cache)", "render", start)
   else:
     kernel = new_kernel(ast, device)
     if opts is not None:
@@ -145,7 +154,11 @@ def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> Compiled
     elif not NOOPT: hand_coded_optimizations(kernel)
     uops, source = render_kernel(kernel, device)
     if path is not None: kernel_cache.store(path, (kernel, uops, source))
-  compiled_kernels[key] = compiled = load_kernel(kernel, device, uops, source, Device[device].compiler.compile_cached(source))
+    if viz.profiling: trace.complete(f"render {kernel.name}", "render", start, opts=str(kernel.applied_opts))
+  start = time.perf_counter()
+  binary = Device[device].compiler.compile_cached(source)
+  if viz.profiling: trace.complete(f"compile {kernel.name}", "compile", start, device=device)
+  compiled_kernels[key] = compiled = load_kernel(kernel, device, uops, source, binary)
   while len(compiled_kernels) > MAX_COMPILED_KERNELS: del compiled_kernels[next(iter(compiled_kernels))]
   if getenv("CUDA_COMPILE_ONLY", 0):   # also render and compile the kernel for CUDA, without a GPU (runtime/ops_cuda.py)
     from minigrad.runtime.ops_cuda import compile_only
@@ -168,8 +181,10 @@ def render_kernel(kernel: Kernel, device: str, verbose: bool = True) -> tuple[li
 
 
 def _print_kernel(kernel: Kernel) -> None:
-  """DEBUG>=3: the AST and the applied opts."""
+  """DEBUG>=3: why the kernel starts and ends where it does, the user's lines it computes, the AST and the applied opts."""
   if DEBUG >= 3:
+    for reason in boundaries.reasons_of(kernel.ast): print(f"kernel boundary: {reason}")
+    for line in boundaries.lines_of(kernel.ast): print(f"from: {line}")
     print(pretty(kernel.ast))
     print(f"{kernel.name}: full shape {kernel.full_shape} ({', '.join(kernel.axis_kinds)}), applied opts {kernel.applied_opts}")
 
@@ -232,13 +247,16 @@ def run_schedule(items: list[ScheduleItem], stored: dict[UOp, UOp] | None = None
 
 def launch(kernel: CompiledKernel, bufs: list[Buffer]) -> None:
   """Run one compiled kernel on its buffers, counted in GlobalCounters (and printed at DEBUG>=1)."""
-  seconds = kernel(bufs, wait=DEBUG >= 2)
+  observe = viz.observing   # PROFILE=1 or VIZ=1: every launch is timed and recorded
+  start = time.perf_counter() if observe else 0.0
+  seconds = kernel(bufs, wait=observe or DEBUG >= 2)
   nbytes = sum(b.nbytes for b in bufs)
   GlobalCounters.kernel_count += 1
   GlobalCounters.global_ops += kernel.flops
   GlobalCounters.global_mem += nbytes
   if seconds is not None: GlobalCounters.time_sum_s += seconds
   if DEBUG >= 1: _print_launch(kernel, len(bufs), nbytes, seconds)
+  if observe: viz.launched(kernel, nbytes, start, seconds)
 
 
 def _print_memory(items: list[ScheduleItem], plan: MemoryPlan) -> None:

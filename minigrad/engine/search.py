@@ -49,6 +49,8 @@ from minigrad import cache
 from minigrad.helpers import DEBUG, getenv
 from minigrad.runtime.device import Buffer, Device
 from minigrad.uop.ops import UOp, Ops
+from minigrad import viz
+from minigrad.viz import trace
 
 CACHE_VERSION = 1
 TIMING_RUNS = 3          # runs per candidate; its time is the fastest
@@ -261,6 +263,7 @@ class _Search:
     program = load_kernel(kernel, self.device, uops, source, self.compiler.compile_cached(source))
     self.scratch = Scratch(self.ast, self.device, program, np.random.default_rng(0))
     self.timed[source] = seconds = self._time(program)
+    if viz.reporting: viz.beam_candidate(self.ast, kernel.applied_opts, seconds, "hand-coded")
     self.bar.update(1)
     return program, seconds
 
@@ -268,6 +271,7 @@ class _Search:
     """Render, compile and time `kernels`: (seconds, kernel, program) for those that ran right. Each source goes
     to the compile pool as soon as it is rendered, so compiles overlap the rendering of the next kernels; timing
     starts once every compile is done, so no compiler competes with the kernels for the cores."""
+    start = time.perf_counter()
     self.bar.total += len(kernels)
     self.bar.refresh()
     pending: dict[str, tuple[Kernel, list[UOp], concurrent.futures.Future]] = {}
@@ -299,9 +303,11 @@ class _Search:
       except Exception as e:
         self._skip(kernel, "run", e)
         continue
+      if viz.reporting: viz.beam_candidate(self.ast, kernel.applied_opts, seconds)
       self.bar.update(1)
       self.bar.set_postfix_str(f"best {self.best_seconds * 1e6:.1f} us")
       results.append((seconds, kernel, program))
+    if viz.profiling: trace.complete(f"BEAM {len(kernels)} candidates", "beam", start, compiled=len(pending), timed=len(results))
     return results
 
   def _time(self, program: CompiledKernel) -> float:

@@ -16,6 +16,8 @@ Everything else fuses: elementwise ops and movement ops (VIEWs) fold into the co
 `(x.T + 1)` is one kernel that reads x transposed and `(a @ b).relu() + bias` is one reduce kernel.
 Large matmul operands get a packed copy first (minigrad.schedule.packing); elementwise kernels over the same
 elements that share data become one kernel with several outputs (minigrad.schedule.multi_output).
+Each rule that realizes a node says why (`_Fusion.reasons`); minigrad.viz.boundaries turns that into the
+`kernel boundary:` lines of each kernel (DEBUG>=3, `ScheduleItem.reasons`, the VIZ=1 report).
 
 A kernel AST is SINK(STORE(DEFINE_GLOBAL 0, VIEW st_out, value), ...) where value is built from ALU/CAST ops,
 REDUCE_AXIS, LOAD(DEFINE_GLOBAL i, VIEW st), CONST(VIEW st), ARANGE(VIEW st) and VALID(VIEW st). Every ShapeTracker in one
@@ -33,6 +35,8 @@ from minigrad.uop.shapetracker import ShapeTracker, View, row_major_strides
 from minigrad.schedule.packing import pack_operands
 from minigrad.schedule.multi_output import merge_elementwise
 from minigrad.schedule import reuse
+from minigrad import viz
+from minigrad.viz import boundaries, report, trace
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,11 @@ class ScheduleItem:
 
   @property
   def device(self) -> str: return self.bufs[0].device
+
+  @property
+  def reasons(self) -> tuple[str, ...]:
+    """Why this kernel starts and ends where it does (kept per AST, so a replayed schedule has them too; no key has them)."""
+    return boundaries.reasons_of(self.ast)
 
 
 # Realized nodes: a tensor-graph node -> the buffer-backed node holding its value. Documented cache: lets a
@@ -105,9 +114,13 @@ class _Fusion:
     consumers: dict[UOp, set[UOp]] = {}
     for n in nodes:
       for s in n.src: consumers.setdefault(s, set()).add(n)
-    self.realize: dict[UOp, None] = dict.fromkeys(roots)
+    self.realize: dict[UOp, None] = {}
+    self.reasons: dict[UOp, dict[str, None]] = {}   # why each node is realized (minigrad/viz/boundaries.py prints them)
+    requested = boundaries.requested()
+    for root in roots: self._realize(root, requested)
     for n in nodes:
-      if n.op is Ops.CONTIGUOUS or (n.op is Ops.REDUCE_AXIS and len(consumers.get(n, ())) > 1): self.realize[n] = None
+      if n.op is Ops.CONTIGUOUS and n not in self.realize: self._realize(n, "CONTIGUOUS: .contiguous() asks for a buffer of its own")
+      if n.op is Ops.REDUCE_AXIS and len(consumers.get(n, ())) > 1: self._realize(n, f"a reduce read by {len(consumers[n])} ops: stored once")
     # walking a kernel can realize more nodes (new kernels to walk), and a reduce fused into two kernels
     # would be computed twice: realize it too. Repeat until nothing changes.
     self.plans: dict[UOp, KernelPlan] = {}
@@ -117,8 +130,13 @@ class _Fusion:
       for root in list(self.realize):
         plan = self.plans[root] = self._fuse(root)
         for reduce in plan.reduces: fused_into.setdefault(reduce, []).append(root)
-      self.realize.update(dict.fromkeys(r for r, kernels in fused_into.items() if len(kernels) > 1))
+      for reduce, kernels in fused_into.items():
+        if len(kernels) > 1: self._realize(reduce, f"a reduce that {len(kernels)} kernels would each compute: stored once")
       if len(self.realize) == count_before: break
+
+  def _realize(self, node: UOp, reason: str) -> None:
+    self.realize[node] = None
+    self.reasons.setdefault(node, {})[reason] = None
 
   def _stops(self, node: UOp, root: UOp) -> bool: return (node in self.realize and node is not root) or _is_leaf(node)
 
@@ -145,18 +163,20 @@ class _Fusion:
       if self._stops(node, root): continue
       if node.op is Ops.VIEW:
         if reduced and self._recomputed(node.src[0], node.arg + view, root):
-          self.realize[node.src[0]] = None
+          times = prod((node.arg + view).shape) // max(node.src[0].size, 1)
+          self._realize(node.src[0], f"an elementwise input a reduce would compute {times} times per element: a kernel of its own")
           continue
         stack.append((node.src[0], node.arg + view, region, reduced))
       elif node.op is Ops.REDUCE_AXIS:
         if node is plan.main:
           # seen through another view too, or from inside a side reduce (which loops over other dims): a kernel of its own
-          if not _reshapes(view, node) or region != top_region: self.realize[node] = None
+          if not _reshapes(view, node): self._realize(node, "a reduce read through a view that is not a reshape (a permute, expand, pad or shrink of its result)")
+          elif region != top_region: self._realize(node, "a reduce read from inside another reduce's loop")
           else: stack.append((node.src[0], ShapeTracker.from_shape(node.src[0].shape), top_region, True))
           continue
         kept = _broadcast_back(node, view, region) if side_ok else None
         if kept is None or (node in plan.sides and plan.sides[node][0] != kept):
-          self.realize[node] = None
+          self._realize(node, _side_reduce_refused(node, kept, side_ok))
           continue
         if node not in plan.sides: plan.sides[node] = (kept, tuple(range(plan.rank, plan.rank + len(node.arg[1]))))
         stack.append((node.src[0], ShapeTracker.from_shape(node.src[0].shape), _side_region(node, kept), False))
@@ -197,6 +217,13 @@ class _Fusion:
         if _reshapes(view, node): return node
       else: stack.extend((s, view) for s in node.src)
     return None
+
+
+def _side_reduce_refused(reduce: UOp, kept: tuple[int, ...] | None, side_ok: bool) -> str:
+  """Why a reduce read through a view other than a reshape could not be a side reduce of the kernel reading it."""
+  if not side_ok: return f"a reduce read through a view that is not a reshape ({reduce.device} kernels have no side reduces)"
+  if kept is None: return "a reduce read through a view that neither reshapes it nor broadcasts it back along its reduced axes over the outermost loops"
+  return "a reduce broadcast back along two different sets of loops in one kernel"
 
 
 def _reshapes(view: ShapeTracker, node: UOp) -> bool:
@@ -325,15 +352,19 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   """Kernels (in run order) that compute `targets`; what each target becomes once they ran; and the nodes
   those kernels store, for `mark_realized` to record after the run (never before: a schedule may not run).
   A graph of a structure scheduled before gets that schedule on its own buffers (minigrad.schedule.reuse)."""
+  begin = time.perf_counter() if viz.profiling else 0.0
   structure = reuse.Structure(targets, realized)   # earlier results read from their buffers
   if (found := reuse.replay(structure, ScheduleItem)) is not None:
     items, becomes, stored = found
+    if viz.profiling: trace.complete("schedule (replayed)", "schedule", begin, kernels=len(items))
+    if viz.reporting: report.replayed(items)
     return items, dict(zip(targets, becomes)), stored
   start = time.perf_counter()
   graphs = _substitute_realized(targets)
   items, becomes, stored = _schedule(dict(zip(targets, graphs)))
   if any(g is not t for g, t in zip(graphs, targets)): structure = reuse.Structure(graphs)   # the graph scheduled
   reuse.record(structure, items, [becomes[t] for t in targets], stored, time.perf_counter() - start)
+  if viz.profiling: trace.complete("schedule", "schedule", begin, kernels=len(items))
   return items, becomes, stored
 
 
@@ -350,6 +381,8 @@ def _schedule(rewritten: dict[UOp, UOp]) -> tuple[list[ScheduleItem], dict[UOp, 
     ast = builder.build(buffers[node])
     items.append(ScheduleItem(ast, (buffers[node], *builder.inputs)))
   items = merge_elementwise(pack_operands(items, ScheduleItem), ScheduleItem)
+  fused = boundaries.record_schedule(items, order, buffers, fusion.reasons)
+  if viz.reporting and fused is not None: report.scheduled(items, order, buffers, fused)
   stored = {node: buffer_view(buffers[node], node.shape) for node in order}
   becomes: dict[UOp, UOp] = {}
   for original, t in rewritten.items():
