@@ -6,8 +6,8 @@ Input: entries to store and keys to look up, from the compilers (minigrad/runtim
 What is read from the cache runs: compiled kernels are loaded with dlopen, so whoever can write into the cache
 folder runs code in every process that reads it. The cache therefore trusts only its owner, as ssh does with its
 keys: the folder ($MINIGRAD_CACHE, else ~/.cache/minigrad) and each of its subfolders must be a real folder (not a
-symlink) owned by the current user and not writable by group or others, and each entry a regular file owned by
-the user, opened without following symlinks. If the folder fails the check, minigrad says so once, in one line
+symlink) owned by the current user and not writable by group or others, the folders above it writable by no one
+else (or sticky, as /tmp), and each entry a regular file owned by the user, opened without following symlinks. If the folder fails the check, minigrad says so once, in one line
 naming the path and the fix, and runs with the cache off. Folders it creates are 0700, entries 0600. Nothing read
 from the cache is unpickled: entries are bytes (binaries) or JSON.
 
@@ -71,8 +71,9 @@ def _checked_root(path_text: str) -> pathlib.Path | OSError:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.mkdir(mode=0o700, exist_ok=True)
     _check_folder(path)
+    _check_ancestors(path)
   except OSError as e:
-    print(f"minigrad: not using the cache folder: {e}; running without a disk cache", file=sys.stderr)
+    print(f"minigrad: not using the cache folder {path}: {e}; running without a disk cache", file=sys.stderr)
     return e
   return path
 
@@ -100,6 +101,16 @@ def _check_folder(path: pathlib.Path) -> None:
   if stat.S_ISLNK(info.st_mode): raise UntrustedCache(f"{path} is a symlink (set MINIGRAD_CACHE to the real folder)")
   if not stat.S_ISDIR(info.st_mode): raise UntrustedCache(f"{path} is not a folder")
   _check_owner(path, info)
+
+
+def _check_ancestors(path: pathlib.Path) -> None:
+  """Whoever can write a folder above the cache can swap the cache folder for one of their own: each must belong to
+  this user or root and be writable by nobody else, unless it is sticky (/tmp: others can't rename what is ours)."""
+  for parent in path.resolve().parents:
+    info = os.stat(parent)
+    if info.st_uid not in (0, _uid()): raise UntrustedCache(f"{parent}, a folder above it, belongs to user id {info.st_uid}; set MINIGRAD_CACHE to a folder of your own")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+      raise UntrustedCache(f"{parent}, a folder above it, is writable by group or others (fix: chmod go-w {parent}, or set MINIGRAD_CACHE elsewhere)")
 
 
 def _check_owner(path: pathlib.Path, info: os.stat_result) -> None:

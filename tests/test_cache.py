@@ -44,7 +44,7 @@ def test_folders_are_private_and_entries_are_not_pickles(folder):
   assert payload.startswith(b"{")   # JSON, not a pickle
 
 
-@pytest.mark.parametrize("problem", ["group_writable", "other_owner", "symlink"])
+@pytest.mark.parametrize("problem", ["group_writable", "other_owner", "symlink", "open_parent"])
 def test_an_untrusted_folder_turns_the_cache_off_with_one_line(problem, folder, tmp_path, monkeypatch, capfd):
   real = tmp_path / "real"
   real.mkdir(mode=0o700)
@@ -54,6 +54,9 @@ def test_an_untrusted_folder_turns_the_cache_off_with_one_line(problem, folder, 
   elif problem == "other_owner":
     folder.mkdir(mode=0o700)
     monkeypatch.setattr(cache, "_uid", lambda: os.geteuid() + 1)   # as if another user had made it
+  elif problem == "open_parent":   # someone else could swap the cache folder for their own
+    folder.parent.chmod(0o777)
+    folder.mkdir(mode=0o700)
   else: folder.symlink_to(real, target_is_directory=True)
   assert not cache.usable() and not cache.enabled()
   err = capfd.readouterr().err
