@@ -11,6 +11,7 @@ from minigrad import Tensor, viz
 from minigrad.engine import search
 from minigrad.engine.realize import compiled_kernels
 from minigrad.helpers import BEAM, DEBUG
+from minigrad.runtime.device import Device
 from minigrad.schedule import reuse
 from minigrad.schedule.scheduler import create_schedule
 from minigrad.viz import boundaries, report, source, trace
@@ -19,7 +20,10 @@ from minigrad.viz.peaks import cpu_peaks
 rng = np.random.default_rng(23)
 
 
-def fresh(*shape: int) -> Tensor: return Tensor(rng.standard_normal(shape).astype(np.float32))
+def fresh(*shape: int, device: str = "CPU") -> Tensor:
+  """Random data on the CPU by default: where kernels end depends on the device's kernel shape (CPU kernels keep side
+  reduces and pack matmul operands, GPU-shaped ones do not), and the reasons below are the CPU's."""
+  return Tensor(rng.standard_normal(shape).astype(np.float32), device=device)
 
 
 def here() -> str:
@@ -69,6 +73,13 @@ def test_reduce_read_twice():
   assert items[1].reasons[1:] == ("input data1: written by kernel 1 of this schedule",)
   assert set(items[2].reasons[1:]) == {"input data1: written by kernel 2 of this schedule", "input data2: written by kernel 1 of this schedule",
                                        "input data3: a buffer the user gave or an earlier schedule wrote"}
+
+
+def test_gpu_shaped_kernels_say_why_softmax_splits():
+  items = fresh(64, 32, device="PYTHON").softmax(-1).schedule()
+  assert [item.reasons[0] for item in items] == 2 * ["output: a reduce read through a view that is not a reshape (PYTHON kernels have no side reduces)"] + [
+    "output: realized by the user (Tensor.realize, .numpy(), .item(), .to(device) ...)"]
+  assert items[2].reasons[1:3] == ("input data1: written by kernel 2 of this schedule", "input data2: written by kernel 1 of this schedule")
 
 
 def test_user_realize_makes_a_buffer_for_the_next_schedule():
@@ -192,9 +203,10 @@ class _Page(html.parser.HTMLParser):
 
 
 def _report_program():
-  x = fresh(64, 32)
+  """Two realizes on the device under test (DEV=...): the report covers whatever kernels that device makes."""
+  x = fresh(64, 32, device=Device.DEFAULT)
   x.softmax(-1).realize(); softmax_line = here()
-  (x @ fresh(32, 16)).relu().realize(); matmul_line = here()
+  (x @ fresh(32, 16, device=Device.DEFAULT)).relu().realize(); matmul_line = here()
   return softmax_line, matmul_line
 
 
@@ -203,13 +215,14 @@ def test_report_has_each_schedule_graph_and_kernel(tmp_path):
   if shutil.which("dot") is None: pytest.skip("Graphviz's dot program is not installed (apt-get install graphviz)")
   viz.enable(reporting=True, write_at_exit=False)
   softmax_line, matmul_line = _report_program()
-  assert len(report.schedules) == 2 and len(report.kernel_stats) == 2
+  kernels = len(report.kernel_stats)
+  assert len(report.schedules) == 2 and kernels == len({ast for record in report.schedules for ast in record.kernels}) >= 2
   page = _Page(report.write(tmp_path / "report.html").read_text())
   text = "".join(page.text)
-  assert page.svgs == 2 and {"schedule-1", "schedule-2", "kernel-0", "kernel-1"} <= page.ids
+  assert page.svgs == 2 and {"schedule-1", "schedule-2"} | {f"kernel-{i}" for i in range(kernels)} <= page.ids
   for stats in report.kernel_stats.values(): assert stats.compiled.name in text and stats.compiled.source.strip()[:40] in text
   assert softmax_line in text and "x.softmax(-1).realize(); softmax_line = here()" in text
-  assert matmul_line in text and "(x @ fresh(32, 16)).relu().realize(); matmul_line = here()" in text
+  assert matmul_line in text and "(x @ fresh(32, 16, device=Device.DEFAULT)).relu().realize(); matmul_line = here()" in text
   assert text.count("output: realized by the user: .realize() at") >= 2
   assert "GFLOPS" in text and "applied opts" in text
   if all(stats.compiled.device in report.PEAK_DEVICES for stats in report.kernel_stats.values()):
