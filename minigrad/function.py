@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, TYPE_CHECKING
 import functools
 import math
+import operator
 from minigrad.dtype import DType
 from minigrad.uop.ops import UOp, Ops, toposort
 from minigrad.uop.shapetracker import ShapeTracker
@@ -24,12 +25,15 @@ def view_uop(u: UOp, apply: Any) -> UOp:
   return UOp(Ops.VIEW, u.dtype, (base,), new_st)
 
 
+_ctx_of, _requires_grad_of, _uop_of = operator.attrgetter("_ctx"), operator.attrgetter("requires_grad"), operator.attrgetter("uop")
+
+
 class Function:
   def __init__(self, *inputs: Tensor):
     self.inputs = inputs
     # the op that made each input, as it was now: `t[i] = v` later rebinds t, but this graph keeps the old t
-    self.input_ctxs = tuple(t._ctx for t in inputs)
-    self.needs_grad = [bool(t.requires_grad) for t in inputs]
+    self.input_ctxs = tuple(map(_ctx_of, inputs))
+    self.needs_grad = list(map(bool, map(_requires_grad_of, inputs)))
 
   @staticmethod
   def tensor(u: UOp) -> Tensor:
@@ -42,9 +46,9 @@ class Function:
 
   @classmethod
   def apply(cls, *inputs: Tensor, **kwargs: Any) -> Tensor:
-    from minigrad.tensor import Tensor
+    Tensor = type(inputs[0])
     fn = cls(*inputs)
-    out = Tensor(fn.forward(*[t.uop for t in inputs], **kwargs))
+    out = Tensor(fn.forward(*map(_uop_of, inputs), **kwargs))
     if viz.capturing: source.note(out.uop)   # VIZ, PROFILE or DEBUG>=3: the user's line that asked for this op
     if Tensor.grad_enabled and any(fn.needs_grad):
       out.requires_grad, out._ctx = True, fn
@@ -233,33 +237,36 @@ def backpropagate(root: Tensor, root_grad: Tensor) -> dict[int, Tensor]:
   A node of the walk is a tensor *state*: the tensor together with the op that made it at the time it was used,
   so a tensor reassigned later (`t[i] = v`) still differentiates as the value the earlier ops saw."""
   from minigrad.tensor import Tensor
-  Node = tuple  # (tensor, the Function that made this state of it, or None for a leaf)
-  def key(node: Node) -> int: return id(node[1]) if node[1] is not None else id(node[0])
-  order: list[Node] = []
+  # a node: (its key, the tensor, the Function that made this state of it or None for a leaf); the key is the
+  # Function's id, or the tensor's for a leaf
+  def node(t: Tensor, fn: Function | None) -> tuple[int, Tensor, Function | None]: return (id(t) if fn is None else id(fn), t, fn)
+  order: list[tuple] = []
   visited: set[int] = set()
-  stack: list[tuple[Node, bool]] = [((root, root._ctx), False)]
+  stack: list[tuple[tuple, bool]] = [(node(root, root._ctx), False)]
   while stack:   # iterative post-order: long chains of ops don't hit the recursion limit
-    node, inputs_done = stack.pop()
+    entry, inputs_done = stack.pop()
     if inputs_done:
-      order.append(node)
+      order.append(entry)
       continue
-    if key(node) in visited: continue
-    visited.add(key(node))
-    stack.append((node, True))
-    if (fn := node[1]) is not None: stack.extend((child, False) for child in zip(fn.inputs, fn.input_ctxs) if key(child) not in visited)
-  grads: dict[int, Tensor] = {key(order[-1]): root_grad}
+    if entry[0] in visited: continue
+    visited.add(entry[0])
+    stack.append((entry, True))
+    if (fn := entry[2]) is not None:
+      for child in map(node, fn.inputs, fn.input_ctxs):
+        if child[0] not in visited: stack.append((child, False))
+  grads: dict[int, Tensor] = {order[-1][0]: root_grad}
   with Tensor.no_grad():
-    for node in reversed(order):
-      fn = node[1]
-      if fn is None or key(node) not in grads: continue
-      input_grads = fn.backward(grads[key(node)])
+    for key, _, fn in reversed(order):
+      if fn is None or (grad_out := grads.get(key)) is None: continue
+      input_grads = fn.backward(grad_out)
       if not isinstance(input_grads, tuple): input_grads = (input_grads,)
-      for child, grad, needed in zip(zip(fn.inputs, fn.input_ctxs), input_grads, fn.needs_grad):
+      for t, ctx, grad, needed in zip(fn.inputs, fn.input_ctxs, input_grads, fn.needs_grad):
         if grad is None or not needed: continue
-        if grad.shape != child[0].shape: raise RuntimeError(f"{type(fn).__name__} gave a gradient of shape {grad.shape} for an input of shape {child[0].shape}")
-        grads[key(child)] = grad if key(child) not in grads else grads[key(child)] + grad
+        if grad.shape != t.shape: raise RuntimeError(f"{type(fn).__name__} gave a gradient of shape {grad.shape} for an input of shape {t.shape}")
+        child = id(t) if ctx is None else id(ctx)
+        grads[child] = grad if (earlier := grads.get(child)) is None else earlier + grad
   # report by tensor, for the states the tensors are in now
-  return {id(t): grads[key((t, fn))] for t, fn in order if t._ctx is fn and key((t, fn)) in grads}
+  return {id(t): grads[key] for key, t, fn in order if t._ctx is fn and key in grads}
 
 
 # ---- reduce (appended: product) ----
@@ -339,11 +346,12 @@ class Template:
 
   def on(self, xs: tuple[UOp, ...]) -> tuple[UOp, ...]:
     built: dict[UOp, UOp] = dict(zip(self.stand_ins, xs))
+    get, VIEW = built.get, Ops.VIEW
     for node in self.order:
-      src = tuple(built.get(s, s) for s in node.src)
-      if node.op is Ops.VIEW and src[0].op is Ops.VIEW:
+      src = tuple(map(get, node.src, node.src))
+      if node.op is VIEW and src[0].op is VIEW:
         base, st = src[0].src[0], src[0].arg + node.arg
-        built[node] = base if st.contiguous and st.shape == base.shape else UOp(Ops.VIEW, node.dtype, (base,), st)
+        built[node] = base if st.contiguous and st.shape == base.shape else UOp(VIEW, node.dtype, (base,), st)
       else: built[node] = UOp(node.op, node.dtype, src, node.arg)
     return tuple(built.get(out, out) for out in self.outputs)
 

@@ -73,6 +73,19 @@ def cached_hash(cls: type) -> type:
   return cls
 
 
+class cached_property:
+  """A property computed on first use and stored in the instance's __dict__ (read from there afterwards, without a
+  call). functools.cached_property does the same but takes a lock on every first use (Python < 3.12): graph nodes
+  compute their shape and device once each, hundreds of times per training step, always on one thread."""
+  def __init__(self, compute: Any):
+    self.compute, self.name, self.__doc__ = compute, compute.__name__, compute.__doc__
+  def __set_name__(self, owner: type, name: str) -> None: self.name = name
+  def __get__(self, instance: Any, owner: type | None = None) -> Any:
+    if instance is None: return self
+    value = instance.__dict__[self.name] = self.compute(instance)
+    return value
+
+
 def colored(text: str, color: str | None) -> str:
   codes = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
   return f"\u001b[{codes[color]}m{text}\u001b[0m" if color else text

@@ -58,6 +58,9 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
     self.grad: Tensor | None = None
     self._ctx: F.Function | None = None   # the op that made this tensor, while gradients are tracked
     if dtype is not None: dtype = to_dtype(dtype)
+    if type(data) is UOp and device is None:   # every op's result: the graph node says where it lives
+      self.uop = data if dtype is None else data.cast(to_dtype(dtype))
+      return
     if device == "": raise ValueError("device name is empty")
     dev = Device.canonicalize(device or Device.DEFAULT)
     if isinstance(data, UOp):
@@ -368,9 +371,13 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
 
 
 def _shape_args(args: tuple) -> tuple[int, ...]:
+_INT = {int}
+
+
   """Accept f(2, 3) and f((2, 3)): sizes or axes, which must be ints (as in torch: 1.5 or "x" is a TypeError)."""
   values = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
   for a in values:
+  if type(values) is tuple and set(map(type, values)) <= _INT: return values   # the common case, checked in C
     if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
       raise TypeError(f"dims and axes must be ints, got {a!r} ({type(a).__name__}) in {tuple(values)}")
   return tuple(int(a) for a in values)

@@ -20,9 +20,11 @@ the buffers the scheduler created, so it keeps no user's memory alive. The MAX_R
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
+import itertools
+import math
 import time
 from minigrad.helpers import DEBUG
-from minigrad.uop.ops import UOp, Ops, _arg_tag
+from minigrad.uop.ops import UOp, Ops
 
 MAX_RECIPES = 256
 
@@ -35,27 +37,37 @@ class Structure:
     index: dict[UOp, int] = {}
     nodes: list[UOp] = []
     entries: list[tuple] = []
-    stack: list[tuple[UOp, Any]] = [(r, None) for r in reversed(roots)]   # (node, None | True: sources done | its value)
+    # the realized value of a node is kept on the node (see scheduler.RealizedValues); none to look up while nothing
+    # was ever realized
+    value_key = realized.KEY if realized else None
+    BUFFER, position, copysign = Ops.BUFFER, index.__getitem__, math.copysign
+    # (node, state): state None = not entered, True = its sources are done, a UOp = the value it stands for
+    stack: list[tuple[UOp, Any]] = list(zip(reversed(roots), itertools.repeat(None)))
+    pop, push, push_all = stack.pop, stack.append, stack.extend
     while stack:
-      node, state = stack.pop()
+      node, state = pop()
       if node in index: continue
-      if state is None and realized and node.op is not Ops.BUFFER and (value := realized.get(node)) is not None:
-        if value in index: index[node] = index[value]
-        else: stack.extend([(node, value), (value, None)])   # the value's entries first, then the node takes its place
-        continue
-      if isinstance(state, UOp):
+      if state is None:
+        if node.op is BUFFER: entries.append((BUFFER, node.dtype, node.src[0].arg, node.arg[1]))
+        else:
+          if value_key is not None and (value := node.__dict__.get(value_key)) is not None:
+            if value in index: index[node] = index[value]
+            else: push_all(((node, value), (value, None)))   # the value's entries first, then the node takes its place
+            continue
+          push((node, True))
+          push_all(zip(reversed(node.src), itertools.repeat(None)))
+          continue
+      elif state is True:
+        arg = node.arg   # tagged as _arg_tag does: True, 1 and 1.0 are equal in Python, and so are 0.0 and -0.0
+        entries.append((node.op, node.dtype, arg, (float, copysign(1.0, arg)) if isinstance(arg, float) else type(arg),
+                        tuple(map(position, node.src))))
+      else:
         index[node] = index[state]
         continue
-      if node.op is Ops.BUFFER: entries.append((Ops.BUFFER, node.dtype, node.src[0].arg, node.arg[1]))
-      elif state is None:
-        stack.append((node, True))
-        stack.extend([(s, None) for s in reversed(node.src) if s not in index])
-        continue
-      else: entries.append((node.op, node.dtype, node.arg, _arg_tag(node.arg), tuple(map(index.__getitem__, node.src))))
       index[node] = len(nodes)
       nodes.append(node)
     self.index, self.nodes = index, nodes
-    self.key = _Key((tuple(index[r] for r in roots), tuple(entries)))
+    self.key = _Key((tuple(map(position, roots)), tuple(entries)))
 
 
 class _Key:

@@ -9,13 +9,14 @@ of every ALU op, used for constant folding and by interpreters).
 """
 from __future__ import annotations
 from enum import Enum, auto
-from functools import cached_property
 from typing import Any, Callable
+import functools
 import itertools
 import math
 import operator
 import weakref
 from minigrad.dtype import DType, dtypes, truncate
+from minigrad.helpers import cached_property
 
 
 class Ops(Enum):
@@ -117,13 +118,13 @@ _buffer_ids = itertools.count()   # the one global counter: ids of BUFFER nodes
 
 
 # the live nodes by (op, dtype, src, arg, tag): weak references that remove their entry when the node dies. (A plain
-# dict with keyed weak references: weakref.WeakValueDictionary does the same in Python code, at twice the cost of a
-# node's creation.)
-_live: dict[tuple, weakref.KeyedRef] = {}
+# dict of weak references whose callback knows the key: weakref.WeakValueDictionary does the same in Python code,
+# and so does weakref.KeyedRef's constructor, at about the cost of a node's creation.)
+_live: dict[tuple, weakref.ref] = {}
 
 
-def _forget(ref: weakref.KeyedRef) -> None:
-  if _live.get(ref.key) is ref: del _live[ref.key]   # a node made since under the same key keeps its entry
+def _forget(key: tuple, ref: weakref.ref) -> None:
+  if _live.get(key) is ref: del _live[key]   # a node made since under the same key keeps its entry
 
 
 class _UOpCache(type):
@@ -133,7 +134,7 @@ class _UOpCache(type):
     if (ref := _live.get(key)) is not None and (found := ref()) is not None: return found
     node = cls.__new__(cls)   # the fields directly: type.__call__ and __init__ cost as much as the lookup
     node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
-    _live[key] = weakref.KeyedRef(node, _forget, key)
+    _live[key] = weakref.ref(node, functools.partial(_forget, key))
     return node
 
 
