@@ -6,18 +6,30 @@ a numpy or torch dtype), `to_numpy` / `from_numpy`, torch's type promotion (`pro
 dtype holds it) and `DTypeError`, raised when an op doesn't support a dtype.
 """
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 import math
 import struct
 import numpy as np
-from minigrad.helpers import cached_hash
 
 
-@cached_hash
-@dataclass(frozen=True)
-class DType:
-  """A scalar type (count == 1) or a vector of `count` scalars (float4 is float32.vec(4))."""
+class _Interned(type):
+  """DType(...) with the same fields returns the same object, so dtypes compare and hash by identity, in C: every
+  graph node's key and every scheduled structure's key holds a dtype. Copies and pickles come back through here
+  (DType.__reduce__)."""
+  def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+    made = super().__call__(*args, **kwargs)
+    key = (cls, *(getattr(made, f.name) for f in fields(made)))
+    return _interned.setdefault(key, made)
+
+
+_interned: dict[tuple, DType] = {}
+
+
+@dataclass(frozen=True, eq=False)
+class DType(metaclass=_Interned):
+  """A scalar type (count == 1) or a vector of `count` scalars (float4 is float32.vec(4)). One object per distinct
+  value: `==` is `is`."""
   priority: int          # orders types inside a category for promotion
   itemsize: int          # bytes of one element (of the whole vector for vectors)
   name: str              # spelling used in kernel names and error messages
@@ -36,10 +48,10 @@ class DType:
     return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, self.scalar_type, self, local)
 
   def __repr__(self) -> str: return f"dtypes.{self.name}"
+  def __reduce__(self) -> tuple: return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
 
 
-@cached_hash
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PtrDType(DType):
   """A pointer to `base` elements, in global memory or (local=True) in GPU shared/local memory."""
   base: DType | None = None
