@@ -8,8 +8,8 @@ Input: the targets of a realize, with the results earlier schedules computed (ea
 `Structure` (the graph's nodes in a fixed walk order and a key that is equal for two graphs exactly when they have
 the same structure), and, for a key seen before, the schedule rebuilt on this graph's buffers.
 
-The key lists every node once, in post-order: its op, dtype, arg and the positions of its sources. A BUFFER is a
-parameter: its device, size and dtype, not its identity. Two nodes that are one node in one graph (the same
+The key lists every node once, in the order a depth-first walk first reaches it: its op, dtype, arg and the
+positions of its sources. A BUFFER is a parameter: its device, size and dtype, not its identity. Two nodes that are one node in one graph (the same
 sub-expression built twice over the same inputs) must be one node in the other: positions say so. Constants are
 part of the key (they are compiled into the kernels); values that change every step (a learning rate, Adam's
 bias corrections) live in buffers.
@@ -20,7 +20,6 @@ the buffers the scheduler created, so it keeps no user's memory alive. The MAX_R
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
-import itertools
 import math
 import time
 from minigrad.helpers import DEBUG
@@ -30,44 +29,38 @@ MAX_RECIPES = 256
 
 
 class Structure:
-  """The nodes reachable from `roots` (stopping at BUFFERs) in a fixed post-order walk, and the key of the graph.
-  With `realized` (node -> the buffer view holding its value), each node found there stands for that view, as if
-  the graph had been rebuilt on it: `nodes` lists the view, and its position is the node's too."""
+  """The nodes reachable from `roots` (stopping at BUFFERs) in a fixed walk order (depth-first, each node numbered
+  when first reached), and the key of the graph. With `realized` (scheduler.RealizedValues: node -> the buffer view
+  holding its value), each node found there stands for that view, as if the graph had been rebuilt on it: `nodes`
+  lists the view, and its position is the node's too."""
   def __init__(self, roots: list[UOp], realized: Any = None):
     index: dict[UOp, int] = {}
     nodes: list[UOp] = []
-    entries: list[tuple] = []
-    # the realized value of a node is kept on the node (see scheduler.RealizedValues); none to look up while nothing
-    # was ever realized
-    value_key = realized.KEY if realized else None
-    BUFFER, position, copysign = Ops.BUFFER, index.__getitem__, math.copysign
-    # (node, state): state None = not entered, True = its sources are done, a UOp = the value it stands for
-    stack: list[tuple[UOp, Any]] = list(zip(reversed(roots), itertools.repeat(None)))
-    pop, push, push_all = stack.pop, stack.append, stack.extend
-    while stack:
-      node, state = pop()
+    value_key = realized.KEY if realized else None   # no lookups while nothing was ever realized
+    BUFFER = Ops.BUFFER
+    stack = list(reversed(roots))
+    pop, push_all = stack.pop, stack.extend
+    while stack:   # number the nodes
+      node = pop()
       if node in index: continue
-      if state is None:
-        if node.op is BUFFER: entries.append((BUFFER, node.dtype, node.src[0].arg, node.arg[1]))
-        else:
-          if value_key is not None and (value := node.__dict__.get(value_key)) is not None:
-            if value in index: index[node] = index[value]
-            else: push_all(((node, value), (value, None)))   # the value's entries first, then the node takes its place
-            continue
-          push((node, True))
-          push_all(zip(reversed(node.src), itertools.repeat(None)))
-          continue
-      elif state is True:
-        arg = node.arg   # tagged as _arg_tag does: True, 1 and 1.0 are equal in Python, and so are 0.0 and -0.0
-        entries.append((node.op, node.dtype, arg, (float, copysign(1.0, arg)) if isinstance(arg, float) else type(arg),
-                        tuple(map(position, node.src))))
-      else:
-        index[node] = index[state]
+      if value_key is not None and node.op is not BUFFER and (value := node.__dict__.get(value_key)) is not None:
+        if value not in index:
+          index[value] = len(nodes)
+          nodes.append(value)
+          if value.op is not BUFFER: push_all(value.src)
+        index[node] = index[value]
         continue
       index[node] = len(nodes)
       nodes.append(node)
+      if node.op is not BUFFER: push_all(node.src)
+    position, copysign = index.__getitem__, math.copysign
+    # a BUFFER is a parameter: its dtype, device and size. An arg is tagged as _arg_tag does (True, 1 and 1.0 are
+    # equal in Python, and so are 0.0 and -0.0).
+    entries = tuple([(BUFFER, n.dtype, n.src[0].arg, n.arg[1]) if n.op is BUFFER else
+                     (n.op, n.dtype, n.arg, (float, copysign(1.0, n.arg)) if isinstance(n.arg, float) else type(n.arg),
+                      tuple(map(position, n.src))) for n in nodes])
     self.index, self.nodes = index, nodes
-    self.key = _Key((tuple(map(position, roots)), tuple(entries)))
+    self.key = _Key((tuple(map(position, roots)), entries))
 
 
 class _Key:
