@@ -57,10 +57,10 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
     self._ctx: F.Function | None = None   # the op that made this tensor, while gradients are tracked
-    if dtype is not None: dtype = to_dtype(dtype)
     if type(data) is UOp and device is None:   # every op's result: the graph node says where it lives
       self.uop = data if dtype is None else data.cast(to_dtype(dtype))
       return
+    if dtype is not None: dtype = to_dtype(dtype)
     if device == "": raise ValueError("device name is empty")
     dev = Device.canonicalize(device or Device.DEFAULT)
     if isinstance(data, UOp):
@@ -370,14 +370,14 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
     setitem(self, index, value)
 
 
-def _shape_args(args: tuple) -> tuple[int, ...]:
 _INT = {int}
 
 
+def _shape_args(args: tuple) -> tuple[int, ...]:
   """Accept f(2, 3) and f((2, 3)): sizes or axes, which must be ints (as in torch: 1.5 or "x" is a TypeError)."""
   values = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
-  for a in values:
   if type(values) is tuple and set(map(type, values)) <= _INT: return values   # the common case, checked in C
+  for a in values:
     if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
       raise TypeError(f"dims and axes must be ints, got {a!r} ({type(a).__name__}) in {tuple(values)}")
   return tuple(int(a) for a in values)

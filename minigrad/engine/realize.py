@@ -5,8 +5,8 @@ Each kernel AST is compiled once per device (Kernel -> lower -> linearize -> ren
 `compiled_kernels` (the MAX_COMPILED_KERNELS most recently used); the rendered kernels (minigrad/engine/kernel_cache.py) and the device compiler's binaries are
 also kept on disk.
 
-`buffers` maps each BUFFER node of the tensor graph to its runtime Buffer. It is a documented cache with weak
-keys: when no graph mentions a BUFFER node any more, its memory is freed. Intermediates of a schedule that no
+`buffers` maps each BUFFER node of the tensor graph to its runtime Buffer. It is a documented cache kept on the
+nodes (a NodeTable): when no graph mentions a BUFFER node any more, its memory is freed. Intermediates of a schedule that no
 graph mentions after it share memory (minigrad/engine/memory.py). With PROFILE=1 or VIZ=1 (minigrad/viz/) every launch
 is timed (it waits for the device) and recorded, and rendering, compiling and BEAM search are traced. TinyJit's hooks
 close the file.
@@ -19,7 +19,7 @@ import functools
 import time
 import weakref
 from minigrad.helpers import BEAM, DEBUG, NOOPT, GlobalCounters, colored, getenv, prod
-from minigrad.uop.ops import UOp, Ops, GroupOp, pretty
+from minigrad.uop.ops import UOp, Ops, GroupOp, NodeTable, pretty
 from minigrad.schedule.scheduler import ScheduleItem, mark_realized
 from minigrad.codegen.kernel import Kernel, Opt
 from minigrad.opt.heuristics import hand_coded_optimizations
@@ -30,10 +30,8 @@ from minigrad.engine import kernel_cache
 from minigrad import viz
 from minigrad.viz import boundaries, trace
 
-buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
-
-
-failed_buffers: weakref.WeakSet[UOp] = weakref.WeakSet()   # outputs of a schedule that failed before writing them
+buffers = NodeTable("runtime_buffer")   # BUFFER node -> its runtime Buffer
+failed_buffers = NodeTable("failed")    # outputs of a schedule that failed before writing them -> True
 
 
 def buffer_of(node: UOp) -> Buffer:
@@ -239,7 +237,7 @@ def run_schedule(items: list[ScheduleItem], stored: dict[UOp, UOp] | None = None
       if launch_recorder is not None: launch_recorder.append((kernel, item.bufs, bufs))
       launch(kernel, bufs)
     except BaseException:
-      failed_buffers.update(b for later in items[i:] for b in later.bufs[:later.outputs])
+      failed_buffers.update({b: True for later in items[i:] for b in later.bufs[:later.outputs]})
       raise
   if stored is not None: mark_realized(dict(alive_nodes))
   return plan

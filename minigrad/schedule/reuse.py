@@ -30,13 +30,13 @@ MAX_RECIPES = 256
 
 class Structure:
   """The nodes reachable from `roots` (stopping at BUFFERs) in a fixed walk order (depth-first, each node numbered
-  when first reached), and the key of the graph. With `realized` (scheduler.RealizedValues: node -> the buffer view
-  holding its value), each node found there stands for that view, as if the graph had been rebuilt on it: `nodes`
-  lists the view, and its position is the node's too."""
+  when first reached), and the key of the graph. With `realized` (scheduler.realized, a NodeTable: node -> the
+  buffer view holding its value), each node found there stands for that view, as if the graph had been rebuilt on
+  it: `nodes` lists the view, and its position is the node's too."""
   def __init__(self, roots: list[UOp], realized: Any = None):
     index: dict[UOp, int] = {}
     nodes: list[UOp] = []
-    value_key = realized.KEY if realized else None   # no lookups while nothing was ever realized
+    value_key = realized.key if realized else None   # no lookups while nothing was ever realized
     BUFFER = Ops.BUFFER
     stack = list(reversed(roots))
     pop, push_all = stack.pop, stack.extend

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import time
 from minigrad.dtype import dtypes
 from minigrad.helpers import prod
-from minigrad.uop.ops import UOp, Ops, GroupOp, toposort
+from minigrad.uop.ops import UOp, Ops, GroupOp, NodeTable, toposort
 from minigrad.uop.shapetracker import ShapeTracker, View, row_major_strides
 from minigrad.schedule.packing import pack_operands
 from minigrad.schedule.multi_output import merge_elementwise
@@ -53,23 +53,10 @@ class ScheduleItem:
     return boundaries.reasons_of(self.ast)
 
 
-class RealizedValues:
-  """Realized nodes: a tensor-graph node -> the buffer-backed node holding its value. Documented cache: lets a lazy
-  graph built before a realize reuse the result instead of recomputing it. Each value is kept on its node (in the
-  node's __dict__), so it dies with the graph that mentions the node, as in a weak-keyed dict, and a lookup costs
-  no weak reference: the scheduler looks up every node of every graph it is given."""
-  __slots__ = ("ever",)
-  KEY = "_realized_as"
-  def __init__(self): self.ever = False   # whether any node was ever realized: graphs built before need no lookups
-  def get(self, node: UOp, default: UOp | None = None) -> UOp | None: return node.__dict__.get(self.KEY, default)
-  def __contains__(self, node: UOp) -> bool: return self.KEY in node.__dict__
-  def __bool__(self) -> bool: return self.ever
-  def update(self, values: dict[UOp, UOp]) -> None:
-    for node, value in values.items(): node.__dict__[self.KEY] = value
-    self.ever = self.ever or bool(values)
-
-
-realized = RealizedValues()
+# Realized nodes: a tensor-graph node -> the buffer-backed node holding its value. Documented cache: lets a lazy
+# graph built before a realize reuse the result instead of recomputing it. Kept on the nodes: entries die with the
+# graph that mentions them.
+realized = NodeTable("realized_as")
 
 def buffer_view(buffer: UOp, shape: tuple[int, ...]) -> UOp:
   """A tensor-graph node reading `buffer` as a contiguous array of `shape`."""

@@ -144,6 +144,23 @@ def _arg_tag(arg: Any) -> Any:
   return type(arg)
 
 
+class NodeTable:
+  """A map from graph nodes to values that keeps each value on its node (in the node's __dict__): an entry lives
+  exactly as long as its node, as in a weak-keyed dict, and a lookup costs no weak reference (the scheduler and
+  the runtime look nodes up on every call). `bool(table)`: whether an entry was ever set."""
+  __slots__ = ("key", "ever")
+  def __init__(self, name: str): self.key, self.ever = f"_{name}", False
+  def get(self, node: UOp, default: Any = None) -> Any: return node.__dict__.get(self.key, default)
+  def __getitem__(self, node: UOp) -> Any: return node.__dict__[self.key]
+  def __setitem__(self, node: UOp, value: Any) -> None:
+    node.__dict__[self.key] = value
+    self.ever = True
+  def __contains__(self, node: UOp) -> bool: return self.key in node.__dict__
+  def __bool__(self) -> bool: return self.ever
+  def update(self, values: dict[UOp, Any]) -> None:
+    for node, value in values.items(): self[node] = value
+
+
 class UOp(metaclass=_UOpCache):
   """One node of the IR. Never mutate one: build a new node (`replace`) instead."""
   __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
