@@ -3,7 +3,11 @@ checked on real graphs (softmax, matmul + relu, a reduce read twice, a user's re
 import html.parser
 import inspect
 import json
+import os
+import pathlib
+import re
 import shutil
+import subprocess
 import sys
 import numpy as np
 import pytest
@@ -11,8 +15,9 @@ from minigrad import Tensor, viz
 from minigrad.engine import search
 from minigrad.engine.realize import compiled_kernels
 from minigrad.helpers import BEAM, DEBUG
-from minigrad.runtime.device import Device
+from minigrad.runtime.device import DEVICE_NAMES, Device
 from minigrad.schedule import reuse
+from minigrad.uop.ops import Ops
 from minigrad.schedule.scheduler import create_schedule
 from minigrad.viz import boundaries, report, source, trace
 from minigrad.viz.peaks import cpu_peaks
@@ -184,10 +189,19 @@ def test_profile_trace_has_beam_search(monkeypatch, tmp_path):
 
 # ---------------------------------------------------------------- VIZ=1
 
-def test_cpu_peaks_are_plausible():
-  peaks = cpu_peaks()
-  assert 1e9 < peaks.flops < 1e14 and 5e8 < peaks.bytes_per_second < 1e13   # any CPU from one core to a server
-  assert cpu_peaks() is peaks   # measured once per process
+def test_cpu_peaks_are_plausible_and_measured_once_per_host(tmp_path, monkeypatch):
+  from minigrad.viz import peaks as peaks_module
+  monkeypatch.setenv("MINIGRAD_CACHE", str(tmp_path / "cache"))
+  cpu_peaks.cache_clear()
+  try:
+    peaks = cpu_peaks()
+    assert 1e9 < peaks.flops < 1e14 and 5e8 < peaks.bytes_per_second < 1e13   # any CPU from one core to a server
+    assert cpu_peaks() is peaks   # once per process
+    assert len(list((tmp_path / "cache" / "peaks").iterdir())) == 1
+    cpu_peaks.cache_clear()   # as a new process on this host: read back from the disk cache, nothing measured
+    monkeypatch.setattr(peaks_module, "measure", lambda compiler: pytest.fail("measured again"))
+    assert cpu_peaks() == peaks and peaks.how.startswith("measured ")
+  finally: cpu_peaks.cache_clear()
 
 
 class _Page(html.parser.HTMLParser):
@@ -214,6 +228,7 @@ def test_report_has_each_schedule_graph_and_kernel(tmp_path):
   pytest.importorskip("graphviz")
   if shutil.which("dot") is None: pytest.skip("Graphviz's dot program is not installed (apt-get install graphviz)")
   viz.enable(reporting=True, write_at_exit=False)
+  compiled_kernels.clear()   # compiled while recording: the report shows their source with comments naming the ops
   softmax_line, matmul_line = _report_program()
   kernels = len(report.kernel_stats)
   assert len(report.schedules) == 2 and kernels == len({ast for record in report.schedules for ast in record.kernels}) >= 2
@@ -224,6 +239,7 @@ def test_report_has_each_schedule_graph_and_kernel(tmp_path):
   assert softmax_line in text and "x.softmax(-1).realize(); softmax_line = here()" in text
   assert matmul_line in text and "(x @ fresh(32, 16, device=Device.DEFAULT)).relu().realize(); matmul_line = here()" in text
   assert text.count("output: realized by the user: .realize() at") >= 2
+  assert f"softmax: max  {softmax_line}" in text and f"relu  {matmul_line}" in text and f"@  {matmul_line}" in text
   assert "GFLOPS" in text and "applied opts" in text
   if all(stats.compiled.device in report.PEAK_DEVICES for stats in report.kernel_stats.values()):
     assert text.count("% of peak)") == 2 * len(report.kernel_stats) and "% of peak: of this CPU's" in text
@@ -241,3 +257,241 @@ def test_report_without_graphviz_lists_the_nodes(tmp_path, monkeypatch):
   assert page.svgs == 0 and "graph not drawn: the graphviz package is not installed" in text
   assert "MAX over axes (1,)" in text   # the softmax's row max, a node of the table
   assert {"kernel-0", "kernel-1"} <= page.ids
+
+
+# ---------------------------------------------------------------- kernels that name their ops
+
+def _kernel_sources(ast, renderer, device_shape: str):
+  """(plain, commented) source of `ast` for `renderer`, with the default opts of a CPU kernel or none (GPU-shaped)."""
+  from minigrad.codegen.kernel import Kernel
+  from minigrad.codegen.linearizer import linearize_for
+  from minigrad.opt.heuristics import hand_coded_optimizations
+  from minigrad.viz import kernel_comments
+  kernel = Kernel(ast, has_local=device_shape == "gpu")
+  if device_shape == "cpu": hand_coded_optimizations(kernel)
+  uops = linearize_for(kernel, renderer)
+  plain = renderer.render(kernel.name, uops)
+  return plain, kernel_comments.commented_source(ast, renderer, kernel.name, uops, plain)
+
+
+def _renderers():
+  from minigrad.codegen.c_renderer import CRenderer
+  from minigrad.codegen.cl_renderer import OpenCLRenderer
+  from minigrad.codegen.cuda_renderer import CUDARenderer
+  from minigrad.codegen.llvm_renderer import LLVMRenderer
+  from minigrad.codegen.python_renderer import PythonRenderer
+  return [(CRenderer(), "cpu", "/*"), (LLVMRenderer(), "cpu", ";"), (OpenCLRenderer(), "gpu", "/*"), (CUDARenderer(), "gpu", "/*"),
+          (PythonRenderer(), "gpu", "#")]
+
+
+def _comments(text: str, marker: str) -> list[str]:
+  return [line.strip() for line in text.splitlines() if line.strip().startswith(marker) and not line.strip().startswith(("#include", "#if", "#endif", "#else"))]
+
+
+def test_every_renderer_names_the_ops_and_the_line():
+  capture_on()
+  (item,) = ((fresh(64, 32) * 3.25).relu().exp() + 1).schedule(); line = here()
+  place = line
+  for renderer, shape, marker in _renderers():
+    plain, commented = _kernel_sources(item.ast, renderer, shape)
+    comments = [c for c in _comments(commented, marker) if "test_viz.py" in c]
+    assert comments, (type(renderer).__name__, commented)
+    text = " ".join(comments)
+    for op in ("*", "relu", "exp", "+"): assert f"{op}  {place}" in text, (type(renderer).__name__, op, comments)
+    # the comments are lines of their own: without them the source is exactly the one compiled and cached
+    assert [l for l in commented.splitlines() if l.strip() not in comments] == plain.splitlines()
+    assert not _comments(plain, marker) or all("test_viz.py" not in c for c in _comments(plain, marker))
+
+
+def test_softmax_and_matmul_kernels_name_their_reduces():
+  capture_on()
+  (softmax,) = fresh(64, 32).softmax(-1).schedule(); softmax_line = here()
+  (linear,) = (fresh(64, 32) @ fresh(32, 16) + fresh(16)).relu().schedule(); linear_line = here()
+  from minigrad.codegen.c_renderer import CRenderer
+  text = " ".join(_comments(_kernel_sources(softmax.ast, CRenderer(), "cpu")[1], "/*"))
+  for op in ("softmax: max", "softmax: sum", "softmax: sub", "softmax: mul"): assert f"{op}  {softmax_line}" in text, (op, text)
+  text = " ".join(_comments(_kernel_sources(linear.ast, CRenderer(), "cpu")[1], "/*"))
+  for op in ("@", "+", "relu"): assert f"/* {op}  {linear_line} */" in text or f"; {op}  {linear_line}" in text or f"{op}  {linear_line};" in text, (op, text)
+
+
+def test_commented_sources_compile(tmp_path, monkeypatch):
+  monkeypatch.setenv("MINIGRAD_CACHE", str(tmp_path / "cache"))
+  capture_on()
+  (item,) = (fresh(16, 8).softmax(-1) * 2.75).schedule()
+  from minigrad.codegen.c_renderer import CRenderer
+  cpu = Device["CPU"]
+  plain, commented = _kernel_sources(item.ast, cpu.renderer, "cpu")
+  assert commented != plain and cpu.compiler.compile(commented)
+  try: llvm = Device["LLVM"]
+  except Exception as error: pytest.skip(f"no LLVM device here: {error}")
+  plain, commented = _kernel_sources(item.ast, llvm.renderer, "cpu")
+  assert commented != plain and llvm.compiler.compile(commented)
+
+
+def test_comments_cost_nothing_when_capture_is_off(monkeypatch, capsys):
+  from minigrad.engine.realize import get_kernel
+  from minigrad.viz import kernel_comments
+  def build(): return (fresh(16, 16) * 6.125).exp()
+  (item,) = build().schedule()
+  assert item.ast not in kernel_comments.kernel_labels   # nothing recorded
+  compiled_kernels.clear()
+  plain = get_kernel(item.ast, "CPU")
+  assert "test_viz.py" not in plain.source and plain.commented_source == ""
+  viz.enable(capturing=True, reporting=True, write_at_exit=False)
+  monkeypatch.setattr(DEBUG, "value", 4)
+  monkeypatch.setattr(reuse, "recipes", {})   # scheduled again, not replayed: a replayed schedule has the labels of its first
+  (again,) = build().schedule()
+  assert again.ast is item.ast   # the same kernel: its compiled and disk-cache entries are keyed by the plain source
+  compiled_kernels.clear()
+  observed = get_kernel(again.ast, "CPU")
+  assert observed.source == plain.source and observed.commented_source != observed.source
+  assert "exp  test_viz.py:" in observed.commented_source and "exp  test_viz.py:" in capsys.readouterr().out   # DEBUG=4 shows it
+
+
+# ---------------------------------------------------------------- errors point at the user's line
+
+def _failing_compiler(monkeypatch, device: str = "CPU"):
+  def fail(source: str) -> bytes: raise RuntimeError("the compiler failed")
+  monkeypatch.setattr(Device[device].compiler, "compile_cached", fail)
+  compiled_kernels.clear()
+
+
+def test_compile_error_names_the_ops_and_the_lines(monkeypatch):
+  capture_on()
+  y = (fresh(8, 8) * 7.375).relu().exp(); line = here()
+  _failing_compiler(monkeypatch)
+  with pytest.raises(RuntimeError, match="the compiler failed") as failure:
+    asked = here(); y.realize()
+  (note,) = failure.value.__notes__
+  assert note.splitlines() == ["minigrad: while compiling kernel 1 of 1 on CPU, which computes:",
+                               f"  {line} y = (fresh(8, 8) * 7.375).relu().exp(); line = here()   [*, relu, exp]",
+                               f"  asked for at {asked} asked = here(); y.realize()"]
+
+
+def test_compile_error_without_capture_says_how_to_see_the_lines(monkeypatch):
+  y = fresh(8, 8).sum(1) * 8.625
+  _failing_compiler(monkeypatch)
+  with pytest.raises(RuntimeError) as failure:
+    asked = here(); y.numpy()
+  (note,) = failure.value.__notes__
+  assert note.splitlines() == ["minigrad: while compiling kernel 1 of 1 on CPU, which computes:",
+                               "  ADD reduce over axes (1,), MUL into float[8, 1]",
+                               "  (run with DEBUG=3 (or VIZ=1) to see the lines of your script that created these ops)",
+                               f"  asked for at {asked} asked = here(); y.numpy()"]
+
+
+def test_scheduling_error_names_the_node_and_its_line():
+  from minigrad.viz import errors
+  capture_on()
+  y = fresh(4, 4).softmax(-1); line = here()
+  error = RuntimeError("scheduler can't put this op inside a kernel")
+  errors.add_node_context(error, y.uop)
+  (note,) = error.__notes__
+  assert note.splitlines()[:2] == ["minigrad: while scheduling the kernel of this tensor op:",
+                                   f"  softmax: mul ({y.uop.op.name} float (4, 4)), created at {line} y = fresh(4, 4).softmax(-1); line = here()"]
+
+
+def test_op_names():
+  capture_on()
+  x, w = fresh(4, 3), fresh(3, 2)
+  (matmul,) = [u for u in (x @ w).uop.toposort if u.op is Ops.REDUCE_AXIS]
+  assert source.op_name(source.created_at[matmul]) == "@"
+  assert source.op_name(source.created_at[(2 - x).uop]) == "-"
+  assert source.op_name(source.created_at[x.exp().uop]) == "exp"
+  assert {source.op_name(source.created_at[u]) for u in x.softmax(-1).uop.toposort if u in source.created_at} >= \
+         {"softmax: max", "softmax: sub", "softmax: sum", "softmax: mul"}
+  weights = Tensor(rng.standard_normal((4, 3)).astype(np.float32), device="CPU", requires_grad=True)
+  weights.relu().sum().backward(); line = here()
+  backward = {source.op_name(w) for u in weights.grad.uop.toposort if (w := source.created_at.get(u)) is not None and w.place == line}
+  assert "relu backward: where" in backward and "sum backward: expand" in backward, backward
+
+
+# ---------------------------------------------------------------- docs that can't drift
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_how_it_works_is_what_the_script_prints_today():
+  """docs/how-it-works.md is docs/how_it_works.py's output (regenerate: python docs/how_it_works.py > docs/how-it-works.md).
+  The script fixes everything host-dependent itself (a hand-described Target, 2 threads, the plain C renderer)."""
+  env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "VIZ", "PROFILE", "BEAM", "NOOPT", "DEV", *DEVICE_NAMES)}
+  printed = subprocess.run([sys.executable, str(ROOT / "docs" / "how_it_works.py")], capture_output=True, text=True, env=env, timeout=300)
+  assert printed.returncode == 0, printed.stderr[-3000:]
+  document = (ROOT / "docs" / "how-it-works.md").read_text()
+  assert printed.stdout.rstrip("\n") == document.rstrip("\n"), \
+    "docs/how-it-works.md is out of date: python docs/how_it_works.py > docs/how-it-works.md"
+  assert document.count("matches numpy: True") == 2 and "/* relu  how_it_works.py:" in document and "/* softmax: max  how_it_works.py:" in document
+
+
+READS = [re.compile(r'(?:getenv|ContextVar)\(\s*"([A-Z][A-Z0-9_]*)"'), re.compile(r'\b(?:environ|env)(?:\.get\(|\[)\s*"([A-Z][A-Z0-9_]*)"'),
+         re.compile(r'"([A-Z][A-Z0-9_]*)" (?:not )?in (?:os\.)?environ')]
+NOT_OURS = {"PYTHONPATH", "HOME"}   # the system's, passed on to subprocesses
+
+
+def variables_read() -> set[str]:
+  """Every environment variable the code reads: by name (getenv, ContextVar, os.environ), and the names it reads in loops."""
+  from minigrad.bench import LIBRARY_LIMITS
+  found = set(DEVICE_NAMES) | {name for limits in LIBRARY_LIMITS.values() for name in limits}
+  try:
+    from minigrad.distributed.comm import LAUNCHER_VARIABLES
+    found |= set(LAUNCHER_VARIABLES)
+  except ImportError: pass
+  for folder in ("minigrad", "examples", "bench", "tests"):
+    for path in (ROOT / folder).rglob("*.py"):
+      text = path.read_text()
+      for pattern in READS: found.update(pattern.findall(text))
+  return found - NOT_OURS
+
+
+def test_env_table_lists_every_variable_the_code_reads():
+  rows = [line for line in (ROOT / "docs" / "env.md").read_text().splitlines() if line.startswith("| `")]
+  documented = {token.split("=")[0] for row in rows for token in re.findall(r"`([^`]+)`", row.split(" | ")[0])}
+  read = variables_read()
+  assert {"DEBUG", "VIZ", "PROFILE", "MINIGRAD_CACHE", "CPU_TARGET", "CC", "DEV", "CPU"} <= read   # the scan works
+  assert read - documented == set(), f"read by the code but not in docs/env.md: {sorted(read - documented)}"
+  assert documented - read == set(), f"in docs/env.md but read nowhere: {sorted(documented - read)}"
+
+
+def test_profile_trace_shows_tinyjit_replays_and_their_kernels():
+  from minigrad import TinyJit
+  viz.enable(profiling=True, write_at_exit=False)
+  @TinyJit
+  def step(x: Tensor) -> Tensor: return (x * 9.125 + 1).relu().sum(1)
+  for _ in range(4): step(fresh(16, 16, device=Device.DEFAULT)).numpy()
+  spans = [e for e in trace.document()["traceEvents"] if e["ph"] == "X"]
+  jit = [e["name"] for e in spans if e["cat"] == "jit"]
+  assert jit == ["TinyJit record step", "TinyJit record step", "TinyJit replay step", "TinyJit replay step"]
+  for replay in (e for e in spans if e["name"] == "TinyJit replay step"):
+    inside = [e for e in spans if e["cat"] == "launch" and replay["ts"] <= e["ts"] and e["ts"] + e["dur"] <= replay["ts"] + replay["dur"] + 1]
+    assert len(inside) == replay["args"]["kernels"] >= 1 and all(e["args"]["flops"] > 0 for e in inside)
+
+
+def test_report_renders_in_headless_chromium(tmp_path):
+  """The report as a browser builds it: Chromium parses the page and the inline SVG of each graph (`--dump-dom` prints
+  the document it rendered), and every schedule and kernel section is there."""
+  browser = shutil.which("chromium") or shutil.which("chromium-browser")
+  if browser is None: pytest.skip("no chromium here (Debian's `chromium` package; .ci/install-system-packages installs it)")
+  pytest.importorskip("graphviz")
+  if shutil.which("dot") is None: pytest.skip("Graphviz's dot program is not installed (apt-get install graphviz)")
+  viz.enable(reporting=True, write_at_exit=False)
+  _report_program()
+  path = report.write(tmp_path / "report.html")
+  # --no-sandbox: Chromium's sandbox refuses to start as root (CI containers); the page is our own file
+  rendered = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
+                             "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120)
+  assert rendered.returncode == 0 and "<body" in rendered.stdout, rendered.stderr[-2000:]
+  dom = _Page(rendered.stdout)
+  kernels = {f"kernel-{i}" for i in range(len(report.kernel_stats))}
+  assert dom.svgs == 2 and {"schedule-1", "schedule-2"} | kernels <= dom.ids
+  assert "".join(dom.text).count("Kernel boundary") == len(kernels) == len(report.kernel_stats) >= 2
+
+
+def test_a_rebuilt_node_keeps_its_line():
+  """source.carry: the hook for the scheduler, which rebuilds nodes over earlier results' buffers."""
+  capture_on()
+  x = fresh(4, 4)
+  y = x.exp() * 2; line = here()
+  rebuilt = y.uop.replace(src=(fresh(4, 4).uop, y.uop.src[1]))
+  assert rebuilt not in source.created_at
+  source.carry(y.uop, rebuilt)
+  assert source.created_at[rebuilt] == source.created_at[y.uop] and source.created_at[rebuilt].place == line

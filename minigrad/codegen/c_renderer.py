@@ -139,7 +139,9 @@ class CRenderer:
     params += [f"const int {v.arg[0]}" for v in variables]
     return f"{self.kernel_prefix}void {name}({', '.join(params)})"
 
-  def render(self, name: str, uops: list[UOp]) -> str:
+  def render(self, name: str, uops: list[UOp], notes: dict[UOp, str] | None = None) -> str:
+    """The kernel's source. `notes` (uop -> text; minigrad/viz/kernel_comments.py) adds a comment line naming the ops
+    before the lines that compute them, those inlined into the line included."""
     uses: dict[UOp, int] = {}
     for u in uops:
       for s in u.src: uses[s] = uses.get(s, 0) + 1
@@ -165,7 +167,21 @@ class CRenderer:
 
     def line(text: str) -> None: lines.append("  " * depth + text)
 
+    inlined_notes: dict[UOp, tuple[str, ...]] = {}   # with notes: those of an expression not yet on a line of its own
+    last_note: list[tuple[str, ...]] = [()]
+
+    def comment(u: UOp, first_line: int) -> None:
+      """Before the lines `u` added (from `first_line` on), the notes of `u` and of the operands inlined into them."""
+      here = tuple(dict.fromkeys([n for s in u.src for n in inlined_notes.get(s, ())] + ([notes[u]] if u in notes else [])))
+      if len(lines) == first_line:
+        if here: inlined_notes[u] = here
+      elif here and here != last_note[0]:
+        indent = lines[first_line][:len(lines[first_line]) - len(lines[first_line].lstrip())]
+        lines.insert(first_line, f"{indent}/* {'; '.join(here).replace('*/', '* /')} */")
+        last_note[0] = here
+
     for u in uops:
+      first_line = len(lines)
       src = [names.get(s, "") for s in u.src]
       if u.op is Ops.DEFINE_GLOBAL: names[u] = f"{self.buffer_prefix}data{u.arg}"
       elif u.op is Ops.DEFINE_VAR: names[u] = u.arg[0]
@@ -248,6 +264,7 @@ class CRenderer:
           nesting[u] = 0
           names[u] = fresh("alu")
           line(f"{self.index_type if u.dtype == dtypes.int32 else self.type_name(u.dtype)} {names[u]} = {_strip(expr)};")
+      if notes: comment(u, first_line)
     header = self.kernel_header(name, globals_, written, [u for u in uops if u.op is Ops.DEFINE_VAR])
     if streamed: lines += ["#if defined(__x86_64__)", "  _mm_sfence();   /* streaming stores are visible to other threads once the kernel returns */", "#endif"]
     return "\n".join(self.prelude(uops) + [header + " {"] + lines + ["}"] + self.entry_point(name, globals_, written, uops)) + "\n"

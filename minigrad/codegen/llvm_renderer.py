@@ -127,8 +127,10 @@ class LLVMRenderer:
     `avx512`: the target is x86 with AVX-512F, so exp2 of 16 floats is computed inline (as the C renderer does)."""
     self.libmvec_widths, self.avx512 = dict(libmvec_widths or {}), avx512
 
-  def render(self, name: str, uops: list[UOp]) -> str:
-    return _FunctionWriter(name, uops, self.libmvec_widths, self.avx512).write()
+  def render(self, name: str, uops: list[UOp], notes: dict[UOp, str] | None = None) -> str:
+    """The kernel's module. `notes` (uop -> text; minigrad/viz/kernel_comments.py) adds a `; text` line before the
+    instructions of a uop whose note differs from the last one written."""
+    return _FunctionWriter(name, uops, self.libmvec_widths, self.avx512).write(notes)
 
 
 # ops that fix their place: loops, memory writes (a STORE may open a basic block), definitions
@@ -219,8 +221,14 @@ class _FunctionWriter:
   def typed(self, u: UOp, user: UOp) -> str: return f"{llvm_type(u.dtype)} {self.value(u, user)}"
 
   # ---- the function ----
-  def write(self) -> str:
-    for u in self.uops: self.render_uop(u)
+  def write(self, notes: dict[UOp, str] | None = None) -> str:
+    last_note = ""
+    for u in self.uops:
+      first_line = len(self.lines)
+      self.render_uop(u)
+      if notes and (note := notes.get(u, "")) and note != last_note and len(self.lines) > first_line:
+        self.lines.insert(first_line, f"  ; {note}")
+        last_note = note
     params = []
     written = {u.src[0].src[0].arg for u in self.uops if u.op is Ops.STORE}
     for g in sorted((u for u in self.uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg):

@@ -74,7 +74,10 @@ class PythonRenderer:
   vector_lanes = False
   threaded_outer_loop = False
 
-  def render(self, name: str, uops: list[UOp]) -> str:
+  def render(self, name: str, uops: list[UOp], notes: dict[UOp, str] | None = None) -> str:
+    """The program text. `notes` (uop -> text; minigrad/viz/kernel_comments.py) adds a `# text` line before a uop
+    whose note differs from the last one written."""
+    last_note = ""
     number = {u: i for i, u in enumerate(uops)}
     written = {u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_GLOBAL}
     buffers = ", ".join(f"data{u.arg}: {dtype_text(u.dtype)}{' (written)' if u.arg in written else ''}"
@@ -87,6 +90,9 @@ class PythonRenderer:
       text = f"%{i} = {u.op.name} {dtype_text(u.dtype)}"
       if u.src: text += " (" + ", ".join(f"%{number[s]}" for s in u.src) + ")"
       if u.arg is not None: text += " " + json.dumps(u.arg)
+      if notes and (note := notes.get(u, "")) and note != last_note:
+        lines.append(f"# {note}")
+        last_note = note
       lines.append(text)
     return "\n".join(lines) + "\n"
 

@@ -45,6 +45,8 @@ Semantics (what differs from running the function eagerly)
     either an argument (a new signature) or, baked into a kernel, found by the recordings disagreeing.
   * JIT=0 in the environment (or `JIT.value = 0`) makes the decorator call the function directly. A jitted
     function called while another one records simply runs (its kernels join the outer capture).
+  * PROFILE=1 traces each replay and each recorded call as a span (minigrad/viz/trace.py); with PROFILE=1 or VIZ=1
+    a replay launches its kernels one by one instead of as one thread-pool list, so each is timed and recorded.
 """
 from __future__ import annotations
 from collections import OrderedDict
@@ -66,6 +68,8 @@ from minigrad.engine.memory import plan_memory
 from minigrad.runtime.cpu_pool import LaunchList
 from minigrad.tensor import Tensor
 from minigrad.tensor_create import random_key_buffers, random_keys
+from minigrad import viz
+from minigrad.viz import trace
 
 JIT = ContextVar("JIT", 1)
 MAX_SIGNATURES = 16         # captures kept per jitted function (least recently used dropped)
@@ -366,7 +370,8 @@ class CapturedCall:
     counter = Tensor._rng_counter
     for slot, offset, streams in self.random: table[slot].copyin(random_keys(Tensor._seed, counter + offset, streams))
     Tensor._rng_counter = counter + self.rng_advance
-    if DEBUG >= 1 or not self._run_as_one_list(table):
+    # PROFILE=1 / VIZ=1 (minigrad/viz/): kernel by kernel, so each launch is timed and recorded
+    if DEBUG >= 1 or viz.observing or not self._run_as_one_list(table):
       for kernel, slots in self.launches: launch(kernel, [table[s] for s in slots])
 
     def node_of(slot: int) -> UOp:
@@ -472,10 +477,14 @@ class TinyJit:
       entry = self.entries[key] = _Entry()
       if len(self.entries) > MAX_SIGNATURES: self.entries.popitem(last=False)
     self.entries.move_to_end(key)
+    start = trace.now() if viz.profiling else 0.0   # PROFILE=1: a span for each replay and each recorded call
     if entry.captured is not None:
-      if (result := entry.captured.replay(inputs)) is not _RECORD_AGAIN: return result
+      if (result := entry.captured.replay(inputs)) is not _RECORD_AGAIN:
+        if viz.profiling: trace.complete(f"TinyJit replay {getattr(self, '__name__', 'function')}", "jit", start, kernels=len(entry.captured.launches))
+        return result
       if DEBUG >= 1: print("TinyJit: a constant of the capture changed (or carried tensors share memory differently): recording again")
       entry = self.entries[key] = _Entry()
     returned, recording = _record(self.fn, args, kwargs, inputs)
     entry.add(recording)
+    if viz.profiling: trace.complete(f"TinyJit record {getattr(self, '__name__', 'function')}", "jit", start, captured=entry.captured is not None)
     return returned

@@ -8,8 +8,10 @@ also kept on disk.
 `buffers` maps each BUFFER node of the tensor graph to its runtime Buffer. It is a documented cache kept on the
 nodes (a NodeTable): when no graph mentions a BUFFER node any more, its memory is freed. Intermediates of a schedule that no
 graph mentions after it share memory (minigrad/engine/memory.py). With PROFILE=1 or VIZ=1 (minigrad/viz/) every launch
-is timed (it waits for the device) and recorded, and rendering, compiling and BEAM search are traced. TinyJit's hooks
-close the file.
+is timed (it waits for the device) and recorded, and rendering, compiling and BEAM search are traced; while source lines
+are captured, the source shown (DEBUG>=4, the report) carries comments naming each block's op (`commented`). An error
+while compiling or running a kernel gets a note naming its ops and the user's lines (minigrad/viz/errors.py). TinyJit's
+hooks close the file.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ from minigrad.runtime.device import Buffer, Device, disk_cache_enabled
 from minigrad.engine.memory import MemoryPlan, plan_memory
 from minigrad.engine import kernel_cache
 from minigrad import viz
-from minigrad.viz import boundaries, trace
+from minigrad.viz import boundaries, errors, kernel_comments, trace
 
 buffers = NodeTable("runtime_buffer")   # BUFFER node -> its runtime Buffer
 failed_buffers = NodeTable("failed")    # outputs of a schedule that failed before writing them -> True
@@ -55,6 +57,7 @@ class CompiledKernel:
   outer_loop: int | None   # size of the outermost loop when the program can split it across threads
   buffer_args: list[int]   # which of the schedule item's buffers the compiled code takes (unread ones are dropped)
   launch_dims: tuple[tuple[int, ...], tuple[int, ...]] | None = None   # GPU: (workgroups, threads per workgroup), x/y/z
+  commented_source: str = ""   # `source` with comments naming its ops, when source lines were captured (minigrad/viz/)
   checked_sizes: set[tuple[int, ...]] = field(default_factory=set)
 
   def check_bounds(self, buffers: list[Buffer]) -> None:
@@ -143,7 +146,7 @@ def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> Compiled
   if path is not None and (rendered := kernel_cache.load(path, lambda: new_kernel(ast, device))) is not None:
     kernel, uops, source = rendered
     _print_kernel(kernel)
-    _print_code(uops, source)
+    _print_code(kernel, device, uops, source)
     if viz.profiling: trace.complete(f"render {kernel.name} (disk cache)", "render", start)
   else:
     kernel = new_kernel(ast, device)
@@ -157,6 +160,7 @@ def get_kernel(ast: UOp, device: str, opts: list[Opt] | None = None) -> Compiled
   binary = Device[device].compiler.compile_cached(source)
   if viz.profiling: trace.complete(f"compile {kernel.name}", "compile", start, device=device)
   compiled_kernels[key] = compiled = load_kernel(kernel, device, uops, source, binary)
+  if viz.reporting: compiled.commented_source = commented(kernel, device, uops, source)   # the VIZ report shows it
   while len(compiled_kernels) > MAX_COMPILED_KERNELS: del compiled_kernels[next(iter(compiled_kernels))]
   if getenv("CUDA_COMPILE_ONLY", 0):   # also render and compile the kernel for CUDA, without a GPU (runtime/ops_cuda.py)
     from minigrad.runtime.ops_cuda import compile_only
@@ -174,8 +178,15 @@ def render_kernel(kernel: Kernel, device: str, verbose: bool = True) -> tuple[li
   if verbose: _print_kernel(kernel)
   uops = linearize_for(kernel, dev.renderer)
   source = dev.renderer.render(kernel.name, uops)
-  if verbose: _print_code(uops, source)
+  if verbose: _print_code(kernel, device, uops, source)
   return uops, source
+
+
+def commented(kernel: Kernel, device: str, uops: list[UOp], source: str) -> str:
+  """`source` with comments naming the tensor op and the user's line behind each block (minigrad/viz/kernel_comments.py),
+  while source lines are captured (VIZ, PROFILE, DEBUG>=3); else `source`. Only shown: what is compiled, cached and
+  keyed is always `source`."""
+  return kernel_comments.commented_source(kernel.ast, Device[device].renderer, kernel.name, uops, source) if viz.capturing else source
 
 
 def _print_kernel(kernel: Kernel) -> None:
@@ -187,11 +198,11 @@ def _print_kernel(kernel: Kernel) -> None:
     print(f"{kernel.name}: full shape {kernel.full_shape} ({', '.join(kernel.axis_kinds)}), applied opts {kernel.applied_opts}")
 
 
-def _print_code(uops: list[UOp], source: str) -> None:
-  """DEBUG>=5: the uops; DEBUG>=4: the source."""
+def _print_code(kernel: Kernel, device: str, uops: list[UOp], source: str) -> None:
+  """DEBUG>=5: the uops; DEBUG>=4: the source (with comments naming its ops: DEBUG>=3 captures source lines)."""
   if DEBUG >= 5:
     for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype.name:8s} {u.arg if u.op is not Ops.CONST else u.arg!r}")
-  if DEBUG >= 4: print(source)
+  if DEBUG >= 4: print(commented(kernel, device, uops, source))
 
 
 def load_kernel(kernel: Kernel, device: str, uops: list[UOp], source: str, binary: bytes) -> CompiledKernel:
@@ -231,13 +242,17 @@ def run_schedule(items: list[ScheduleItem], stored: dict[UOp, UOp] | None = None
     for node, pooled in plan.buffers.items(): buffers[node] = pooled
     if DEBUG >= 2 and items: _print_memory(items, plan)
   for i, item in enumerate(items):
+    stage = "compiling"
     try:
       kernel = get_kernel(item.ast, item.device)
+      stage = "running"
       bufs = [buffer_of(b).allocate() for b in item.bufs]
       if launch_recorder is not None: launch_recorder.append((kernel, item.bufs, bufs))
       launch(kernel, bufs)
-    except BaseException:
+    except BaseException as error:
       failed_buffers.update({b: True for later in items[i:] for b in later.bufs[:later.outputs]})
+      # the kernel's ops and the user's lines behind them (minigrad/viz/errors.py)
+      if isinstance(error, Exception): errors.add_kernel_context(error, item.ast, stage, i, len(items), item.device)
       raise
   if stored is not None: mark_realized(dict(alive_nodes))
   return plan

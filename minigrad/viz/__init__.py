@@ -1,9 +1,11 @@
-"""See inside: why each kernel boundary exists (DEBUG>=3), a profiler trace (PROFILE=1), an HTML report (VIZ=1).
+"""See inside: why each kernel boundary exists (DEBUG>=3), a profiler trace (PROFILE=1), an HTML report (VIZ=1),
+kernels whose source names their ops, and errors that point at the user's line.
 
 Input: what the other stages tell it through small guarded hooks: the scheduler's fusion decisions
 (`boundaries`), the user's source line of each tensor op (`source`, from Function.apply), and the engine's
-scheduling, rendering, compiling, BEAM search and kernel launches. Output: `kernel boundary:` lines at DEBUG>=3,
-a Chrome trace-event JSON (`trace`) and one self-contained HTML file (`report`), written at exit.
+scheduling, rendering, compiling, BEAM search, kernel launches, TinyJit replays and errors. Output: `kernel boundary:`
+lines at DEBUG>=3, comments in the shown source naming each block's op and line (`kernel_comments`), notes on errors
+(`errors`), a Chrome trace-event JSON (`trace`) and one self-contained HTML file (`report`, with `peaks`), written at exit.
 
 The flags below are plain module-level bools, read once per hook on the hot paths (a kernel launch, a Tensor op),
 so none of this costs anything when it is off. `enable()` turns parts on at run time (tests, notebooks).

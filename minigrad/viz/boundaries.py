@@ -3,7 +3,8 @@
 Input: from the scheduler (minigrad/schedule/scheduler.py), for each schedule it builds: the realized nodes in run
 order, the buffer each one is stored in, the reasons it gave for realizing each (see `_Fusion`), and the final
 ScheduleItems (after operand packing and multi-output merging). Output: `reasons_of(ast)`, the `kernel boundary:`
-lines of a kernel, and `lines_of(ast)`, the user's source lines whose ops it computes (when `viz.capturing` is on).
+lines of a kernel, and `lines_of(ast)`, the user's source lines whose ops it computes (when `viz.capturing` is on;
+then minigrad.viz.kernel_comments also labels the kernel's nodes with their ops, for comments in its source).
 
 Both tables are keyed by the kernel AST, not by the ScheduleItem: a schedule replayed for a graph of a structure
 seen before (minigrad/schedule/reuse.py) rebuilds its items from the same ASTs, so their reasons carry over. Neither
@@ -12,7 +13,7 @@ is part of any cache key. The MAX_KERNELS most recently scheduled kernels are ke
 from __future__ import annotations
 from minigrad import viz
 from minigrad.uop.ops import UOp, Ops
-from minigrad.viz import source
+from minigrad.viz import kernel_comments, source
 
 MAX_KERNELS = 4096
 kernel_reasons: dict[UOp, tuple[str, ...]] = {}
@@ -59,6 +60,7 @@ def record_schedule(items: list, order: list[UOp], buffers: dict[UOp, UOp], reas
     _keep(kernel_reasons, item.ast, tuple(dict.fromkeys(lines)))   # a merged kernel's outputs may share reasons
     if fused is not None:
       _keep(kernel_lines, item.ast, tuple(source.lines_of(u for b in outputs if (n := node_of.get(b)) is not None for u in fused[n])))
+      kernel_comments.record(item.ast, [node_of.get(b) for b in outputs], reasons)
   return fused
 
 

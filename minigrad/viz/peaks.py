@@ -5,21 +5,28 @@ Input: the CPU device's C compiler and its Target (vector width, cores). Output:
     (enough to hide the FMA latency on every x86 and aarch64 core): 2 FLOPs per lane per multiply-add;
   - bytes per second: every thread runs a STREAM triad `a[i] = b[i] + s * c[i]` over arrays far larger than the
     caches; counted as minigrad counts a kernel's bytes (each buffer once: 3 x 4 bytes per element).
-Each is the best of a few runs. Measured once per process, when the report is written (about a second); keeping it on
-disk per host waits for the shared disk cache (minigrad/cache.py) to take small JSON entries.
+Each is the best of a few runs (about a second in all). They are measured once per host: kept in the disk cache
+(minigrad/cache.py, folder "peaks") under a key of the CPU model, the Target's ISA, the thread count and the compiler,
+so a later process (on the same machine, or a machine with the same CPU) reads them back; a host whose cache folder
+can't be used measures once per process.
 """
 from __future__ import annotations
 from typing import NamedTuple
 import ctypes
+import datetime
 import functools
+import hashlib
+import json
 import threading
 import time
+from minigrad import cache
 from minigrad.helpers import cpu_threads
 
 ACCUMULATORS = 12
 FMA_TRIPS = 2_000_000          # per thread and run: 12 vectors x 2 x lanes FLOPs each trip
 STREAM_ELEMENTS = 16 << 20     # per array: 64 MB of floats, three arrays
 RUNS = 5                       # the best run counts: other work on the machine only slows a run down
+CACHE_VERSION = 1
 
 
 class Peaks(NamedTuple):
@@ -57,9 +64,25 @@ def _on_threads(threads: int, work) -> float:
 
 @functools.cache
 def cpu_peaks() -> Peaks:
+  """This host's peaks: from the disk cache when they were measured before, else measured now (and kept)."""
   from minigrad.runtime.device import Device
-  from minigrad.runtime.ops_cpu import load_library
+  from minigrad.target import cpu_model
   compiler = Device["CPU"].compiler
+  key = f"peaks v{CACHE_VERSION}|{cpu_model()}|{compiler.target.key}|threads={cpu_threads()}|{compiler.cache_key}"
+  path = cache.entry("peaks", hashlib.sha256(key.encode()).hexdigest()) if cache.usable() else None
+  if path is not None and (payload := cache.read(path, "peaks")) is not None:
+    try:
+      stored = json.loads(payload)
+      return Peaks(float(stored["flops"]), float(stored["bytes_per_second"]), str(stored["how"]))
+    except (ValueError, KeyError, TypeError): pass   # an entry of another layout: measured anew
+  peaks = measure(compiler)
+  if path is not None: cache.write(path, json.dumps(peaks._asdict()).encode(), "peaks")
+  return peaks
+
+
+def measure(compiler) -> Peaks:
+  """Run the two micro-benchmarks with `compiler` (a CPU device compiler) on every thread."""
+  from minigrad.runtime.ops_cpu import load_library
   lanes = compiler.target.vector_bytes // 4
   library = load_library(compiler.compile_cached(_source(lanes)))
   library.fma_chains.argtypes, library.fma_chains.restype = [ctypes.c_long], ctypes.c_float
@@ -73,4 +96,5 @@ def cpu_peaks() -> Peaks:
   _on_threads(threads, triad)   # the first run maps the pages
   stream_seconds = min(_on_threads(threads, triad) for _ in range(RUNS))
   return Peaks(flops, 3 * 4 * part * threads / stream_seconds,
-               f"{threads} threads: {ACCUMULATORS} chains of {lanes}-lane multiply-adds each; a STREAM triad over 3 x {STREAM_ELEMENTS * 4 >> 20} MB")
+               f"measured {datetime.datetime.now():%Y-%m-%d %H:%M} on {threads} threads: {ACCUMULATORS} chains of "
+               f"{lanes}-lane multiply-adds each; a STREAM triad over 3 x {STREAM_ELEMENTS * 4 >> 20} MB")

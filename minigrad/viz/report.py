@@ -6,8 +6,9 @@ and each BEAM candidate timed (minigrad/engine/search.py). Output: `write(path)`
 tensor graph as a picture (ops grouped and colored by the kernel they ended up in; laid out by Graphviz `dot`
 through the `graphviz` package when both are installed, else a table of the same nodes) and its kernels in run
 order; per kernel: why it starts and ends where it does, the user's source lines of its ops, its AST, the opts
-applied (and BEAM's candidates with their times), the generated source, launch dimensions, launches, time, GFLOPS
-and GB/s. Launches replayed by TinyJit go through the thread pool directly and are not counted here.
+applied (and BEAM's candidates with their times), the generated source (with comments naming each block's op and
+line: minigrad/viz/kernel_comments.py), launch dimensions, launches, time, GFLOPS, GB/s and % of the CPU's peaks
+(minigrad/viz/peaks.py). TinyJit replays launch their kernels one by one while recording, so they are counted too.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
@@ -154,7 +155,7 @@ def render() -> str:
   peaks, peaks_note = _peaks()
   parts = [_HEAD, f"<h1>minigrad report</h1><p>{html.escape(' '.join(sys.argv))} &middot; {datetime.datetime.now():%Y-%m-%d %H:%M:%S}"
            f" &middot; {len(schedules)} schedules{f' (+{schedules_skipped} not recorded)' if schedules_skipped else ''},"
-           f" {len(kernel_ids)} kernels. Launches replayed by TinyJit are not counted.</p>"]
+           f" {len(kernel_ids)} kernels.</p>"]
   for number, record in enumerate(schedules, start=1): parts.append(_schedule_section(number, record, kernel_ids))
   parts.append(f"<h2>Kernels</h2><p>{html.escape(peaks_note)}</p>")
   parts.extend(_kernel_section(ast, index, peaks) for ast, index in kernel_ids.items())
@@ -223,7 +224,7 @@ def _peaks() -> tuple[Peaks | None, str]:
   except Exception as error:   # no C compiler that builds the micro-benchmark: the page goes without percentages
     return None, f"peak FLOPS and bandwidth not measured: {type(error).__name__}: {error}"
   return peaks, (f"% of peak: of this CPU's {peaks.flops / 1e9:.0f} GFLOPS and {peaks.bytes_per_second / 1e9:.1f} GB/s, "
-                 f"measured when this page was written ({peaks.how}; the best of a few runs, lower on a busy machine). "
+                 f"{peaks.how} (the best of a few runs, lower on a busy machine; kept per host in the disk cache). "
                  f"Small kernels run from the caches and can pass the memory bandwidth.")
 
 
@@ -253,7 +254,8 @@ def _kernel_section(ast: UOp, index: int, peaks: Peaks | None) -> str:
                    for opts, seconds, note in sorted(candidates, key=lambda c: c[1]))
     parts.append(f"<details><summary>BEAM: {len(candidates)} candidates timed</summary><table><tr><th>opts</th><th>time</th><th></th></tr>{rows}</table></details>")
   parts.append(f"<details><summary>AST</summary><pre>{html.escape(pretty(ast))}</pre></details>")
-  if stats is not None: parts.append(f"<details><summary>generated source</summary><pre>{html.escape(stats.compiled.source)}</pre></details>")
+  if stats is not None:   # with comments naming each block's op and line when it was compiled while recording
+    parts.append(f"<details><summary>generated source</summary><pre>{html.escape(stats.compiled.commented_source or stats.compiled.source)}</pre></details>")
   parts.append("</section>")
   return "".join(parts)
 

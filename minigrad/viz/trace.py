@@ -1,8 +1,8 @@
 """PROFILE=1: a Chrome trace-event JSON of what minigrad spent its time on (opens in Perfetto and chrome://tracing).
 
-Input: spans the engine reports while `minigrad.viz.profiling` is on: scheduling, rendering, compiling and BEAM search
-on the host track, and each kernel launch on its device's queue track, with its name, FLOPs, bytes and (CPU) the
-number of parts the thread pool split it into. Output: `write(path)`, a {"traceEvents": [...]} file of complete
+Input: spans the engine reports while `minigrad.viz.profiling` is on: scheduling, rendering, compiling, BEAM search and
+TinyJit's recorded calls and replays on the host track, and each kernel launch (a replay's too) on its device's queue
+track, with its name, FLOPs, bytes and (CPU) the number of parts the thread pool split it into. Output: `write(path)`, a {"traceEvents": [...]} file of complete
 ("X") events in microseconds, with metadata ("M") events naming the process and the tracks.
 
 Format: the Trace Event Format (Chromium's catapult docs): X events carry ts and dur in microseconds, pid and tid
@@ -17,7 +17,7 @@ import tempfile
 import time
 from minigrad.helpers import getenv
 
-HOST_TRACK = "host: schedule, render, compile, BEAM"
+HOST_TRACK = "host: schedule, render, compile, BEAM, TinyJit"
 MAX_EVENTS = 1_000_000   # a long run keeps its first million spans (about 300 MB of JSON), then counts the rest
 events: list[dict[str, Any]] = []
 dropped = 0
