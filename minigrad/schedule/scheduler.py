@@ -35,7 +35,7 @@ from minigrad.schedule.packing import pack_operands
 from minigrad.schedule.multi_output import merge_elementwise
 from minigrad.schedule import reuse
 from minigrad import viz
-from minigrad.viz import boundaries, report, trace
+from minigrad.viz import boundaries, errors, report, source, trace
 
 
 @dataclass(frozen=True)
@@ -377,7 +377,10 @@ def _schedule(rewritten: dict[UOp, UOp]) -> tuple[list[ScheduleItem], dict[UOp, 
   items = []
   for node in order:
     builder = _KernelBuilder(node, fusion.plans[node], buffers)
-    ast = builder.build(buffers[node])
+    try: ast = builder.build(buffers[node])
+    except Exception as error:   # say which tensor op (and, with source lines captured, which user's line) it was
+      errors.add_node_context(error, node)
+      raise
     items.append(ScheduleItem(ast, (buffers[node], *builder.inputs)))
   items = merge_elementwise(pack_operands(items, ScheduleItem), ScheduleItem)
   fused = boundaries.record_schedule(items, order, buffers, fusion.reasons)
@@ -410,6 +413,7 @@ def _substitute_realized(targets: list[UOp]) -> list[UOp]:
       continue
     src = tuple(done[s] for s in node.src)
     done[node] = node if all(new is old for new, old in zip(src, node.src)) else node.replace(src=src)
+    if viz.capturing: source.carry(node, done[node])   # the rebuilt node keeps the user's line
   return [done[t] for t in targets]
 
 
