@@ -1,4 +1,4 @@
-"""The disk cache trusts only its owner (minigrad/cache.py): ownership and permission checks on the folder and its
+"""The disk cache trusts only its owner (minigrad/cache/): ownership and permission checks on the folder and its
 entries, no symlinks followed, no pickle read, damaged entries made anew, the size cap with least-recently-used
 eviction, the report CLI, and two processes racing on one key. Each case runs a real kernel through the cache in a
 folder of its own."""
@@ -134,8 +134,10 @@ def test_the_cap_evicts_the_least_recently_used(folder, monkeypatch):
 def test_the_report_and_clear(folder):
   product()
   env = {**os.environ, "MINIGRAD_CACHE": str(folder)}
-  report = subprocess.run([sys.executable, "-m", "minigrad.cache"], env=env, capture_output=True, text=True, check=True).stdout
+  shown = subprocess.run([sys.executable, "-m", "minigrad.cache"], env=env, capture_output=True, text=True, check=True)
+  report = shown.stdout
   assert str(folder) in report and "kernels" in report and "compiled" in report
+  assert shown.stderr == ""   # no warnings (runpy warns when `-m` runs a module the package already imported)
   subprocess.run([sys.executable, "-m", "minigrad.cache", "--clear"], env=env, check=True, capture_output=True)
   assert not any(folder.iterdir())
 

@@ -6,7 +6,7 @@ Input: the CPU device's C compiler and its Target (vector width, cores). Output:
   - bytes per second: every thread runs a STREAM triad `a[i] = b[i] + s * c[i]` over arrays far larger than the
     caches; counted as minigrad counts a kernel's bytes (each buffer once: 3 x 4 bytes per element).
 Each is the best of a few runs (about a second in all). They are measured once per host: kept in the disk cache
-(minigrad/cache.py, folder "peaks") under a key of the CPU model, the Target's ISA, the thread count and the compiler,
+(minigrad/cache/, folder "peaks") under a key of the CPU model, the Target's ISA, the thread count and the compiler,
 so a later process (on the same machine, or a machine with the same CPU) reads them back; a host whose cache folder
 can't be used measures once per process.
 """

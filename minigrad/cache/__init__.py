@@ -199,7 +199,7 @@ def _note_written(nbytes: int) -> None:
 
 
 # the folders of entries, the ones the cap evicts from (others, like NVRTC's headers, are left whole)
-ENTRY_KINDS = ("compiled", "kernels", "beam", "compiler_probes", "cpu_targets")
+ENTRY_KINDS = ("compiled", "kernels", "beam", "compiler_probes", "cpu_targets", "peaks")
 
 
 def entries(base: pathlib.Path, kinds: tuple[str, ...] = ENTRY_KINDS) -> list[tuple[pathlib.Path, os.stat_result]]:
@@ -294,7 +294,3 @@ def main(argv: list[str] | None = None) -> None:
   for kind in sorted(set(hit_sum) | set(miss_sum)):
     looked = hit_sum[kind] + miss_sum[kind]
     print(f"  {kind:16s} {hit_sum[kind]:7d} of {looked:7d} lookups ({100 * hit_sum[kind] / max(looked, 1):.0f}%)")
-
-
-if __name__ == "__main__":
-  main()
