@@ -91,11 +91,9 @@ class Buffer:
   def __init__(self, device: str, size: int, dtype: DType):
     if size < 0: raise ValueError(f"Buffer size must be >= 0, got {size}")
     self.device, self.size, self.dtype = Device.canonicalize(device), int(size), dtype
+    self.nbytes = self.size * dtype.itemsize   # read for every launch (GlobalCounters): kept, not computed
     self._allocator: Allocator | None = None
     self._opaque: Any = None
-
-  @property
-  def nbytes(self) -> int: return self.size * self.dtype.itemsize
 
   @property
   def is_allocated(self) -> bool: return self._allocator is not None
