@@ -219,6 +219,10 @@ def result_type(*operands: tuple[DType, int] | Any) -> DType:
   """The result dtype of an elementwise op, as torch.result_type. Each operand is a Python number or a pair
   (dtype, ndim). Tensors with dims outrank 0-d tensors, which outrank Python numbers: a lower-ranked operand
   only matters when its category (bool < int < float) is higher."""
+  if len(operands) == 2 and type(a := operands[0]) is tuple:   # the common cases first, with the same answers
+    if type(b := operands[1]) is tuple:
+      if a[0] is b[0]: return a[0]   # two tensors of one dtype
+    elif type(b) in (int, float) and a[0] in _FLOAT_SET: return a[0]   # a float tensor and a Python int or float
   ranked: list[DType | None] = [None, None, None]   # tensors with dims, 0-d tensors, Python numbers
   for operand in operands:
     dt, rank = (operand[0], 0 if operand[1] > 0 else 1) if isinstance(operand, tuple) else (_scalar_dtype(operand), 2)
