@@ -78,6 +78,16 @@ class _Plan:
 def _is_int(x: Any) -> bool: return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
+def _tensors_to_values(item: Any) -> Any:
+  """A (nested) list of ints and Tensors, with each Tensor replaced by its values (torch accepts [t, 0] as an index)."""
+  from minigrad.tensor import Tensor
+  if isinstance(item, Tensor):
+    if item.dtype != dtypes.bool and not dtypes.is_int(item.dtype):
+      raise IndexError(f"tensors used as indices must be integer or bool tensors, got {item.dtype}")
+    return item.numpy()
+  return [_tensors_to_values(i) for i in item] if isinstance(item, (list, tuple)) else item
+
+
 def _host_index(item: Any) -> tuple[str, Any]:
   """Classify one index item: ("new", size) / ("ellipsis", None) / ("int", v) / ("slice", s) /
   ("adv", int array) / ("mask", bool array)."""
@@ -98,7 +108,7 @@ def _host_index(item: Any) -> tuple[str, Any]:
       raise IndexError(f"tensors used as indices must be integer or bool tensors, got {item.dtype}")
     values = item.numpy()
   elif isinstance(item, (list, tuple, np.ndarray)):
-    try: values = np.asarray(item)
+    try: values = np.asarray(_tensors_to_values(item))
     except ValueError: raise IndexError(f"invalid index {str(item)[:60]}: ragged nested sequence") from None
     if values.size == 0 and values.dtype.kind == "f": values = values.astype(np.int64)
     if values.dtype.kind not in "biu": raise IndexError(f"invalid index {str(item)[:60]}: only integers and bools (dtype {values.dtype}) can index")

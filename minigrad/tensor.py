@@ -17,8 +17,9 @@ import minigrad.function as F
 from minigrad.tensor_math import MathMixin, normalize_axis
 from minigrad.tensor_reduce import ReduceMixin
 from minigrad.tensor_index import IndexMixin
-from minigrad.tensor_create import CreationMixin
+from minigrad.tensor_create import CreationMixin, as_leaf, check_no_negative_dimension
 from minigrad.tensor_nn import NNMixin
+from minigrad.tensor_sort import SortMixin
 from minigrad.function import const_uop
 from minigrad.schedule.scheduler import create_schedule, buffer_view
 from minigrad.engine.realize import run_schedule, buffer_of, buffers, note_assign
@@ -46,7 +47,7 @@ def _flatten_nested(data: Any, dtype: DType | None = None) -> Any:
   raise TypeError(f"can't build a tensor from {arr.dtype} data")
 
 
-class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
+class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMixin):
   """A lazily evaluated n-dimensional array. `Tensor([1, 2, 3])`, `Tensor(np_array)`, `Tensor.ones(2, 3)`."""
   training: bool = False          # layers like Dropout/BatchNorm behave differently when training
   grad_enabled: bool = True       # False inside `with Tensor.no_grad():`
@@ -214,10 +215,12 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
 
   # ---- creation ----
   @staticmethod
-  def full(shape: int | Sequence[int], value: Scalar, dtype: DType | None = None, device: str | None = None) -> Tensor:
+  def full(shape: int | Sequence[int], value: Scalar, dtype: DType | None = None, device: str | None = None,
+           requires_grad: bool | None = None) -> Tensor:
     shape = _check_shape(to_tuple(shape))
     dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(value)
-    return Tensor(const_uop(value, dt, Device.canonicalize(device or Device.DEFAULT), shape))
+    out = Tensor(const_uop(value, dt, Device.canonicalize(device or Device.DEFAULT), shape))
+    return out if requires_grad is None else as_leaf(out, requires_grad)
   @staticmethod
   def zeros(*shape: Any, **kwargs: Any) -> Tensor: return Tensor.full(_shape_args(shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
   @staticmethod
@@ -228,13 +231,16 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
     return Tensor.full(self.shape, value, **{"dtype": self.dtype, "device": self.device, **kwargs})
 
   @staticmethod
-  def empty(*shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+  def empty(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     shp = _check_shape(_shape_args(shape))
     buffer = UOp.new_buffer(Device.canonicalize(device or Device.DEFAULT), prod(shp), to_dtype(dtype or dtypes.default_float))
-    return Tensor(buffer_view(buffer, shp))
+    out = Tensor(buffer_view(buffer, shp))
+    return out if requires_grad is None else as_leaf(out, requires_grad)
 
   @staticmethod
-  def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: DType | None = None, device: str | None = None) -> Tensor:
+  def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: DType | None = None, device: str | None = None,
+             requires_grad: bool | None = None) -> Tensor:
+    if requires_grad is not None: return as_leaf(Tensor.arange(start, stop, step, dtype, device), requires_grad)
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must be nonzero")
     is_float = any(isinstance(v, float) for v in (start, stop, step))
@@ -255,6 +261,12 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
 
   # ---- movement (zero-copy views) ----
   def reshape(self, *shape: Any) -> Tensor:
+    """The same elements in a new shape: one size may be -1 (inferred), and None keeps that dim's size (tinygrad)."""
+    given = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+    if None in given:
+      if any(s is None and i >= self.ndim for i, s in enumerate(given)):
+        raise RuntimeError(f"reshape: None keeps the size of the dim at its position, but {tuple(given)} has a None past the {self.ndim} dims of {self.shape}")
+      shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(given))
     new_shape = list(_shape_args(shape))
     if new_shape.count(-1) > 1: raise RuntimeError(f"only one dimension can be inferred in reshape {tuple(new_shape)}")
     if -1 in new_shape:
@@ -344,7 +356,10 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin):
     return F.Shrink.apply(self, bounds=full)
 
   def flip(self, *axis: Any) -> Tensor:
-    axes = tuple(sorted({normalize_axis(a, self.ndim) for a in _shape_args(axis)}))
+    given = [normalize_axis(a, self.ndim) for a in _shape_args(axis)]
+    for a in given:
+      if given.count(a) > 1: raise RuntimeError(f"dim {a} appears multiple times in the list of dims (flip {tuple(_shape_args(axis))} of shape {self.shape})")
+    axes = tuple(sorted(set(given)))
     return F.Flip.apply(self, axes=axes) if axes and self.ndim else self   # a 0-d tensor flips to itself
 
   def unsqueeze(self, dim: int) -> Tensor:
@@ -383,9 +398,7 @@ def _shape_args(args: tuple) -> tuple[int, ...]:
   return tuple(int(a) for a in values)
 
 
-def _check_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
-  if any(s < 0 for s in shape): raise ValueError(f"negative dimension in shape {shape}")
-  return shape
+def _check_shape(shape: tuple[int, ...]) -> tuple[int, ...]: return check_no_negative_dimension(shape)
 
 
 

@@ -1,4 +1,6 @@
-"""Tensor creation beyond the basics in tensor.py: ranges, identity and triangular matrices, random tensors.
+"""Tensor creation beyond the basics in tensor.py: ranges, identity and triangular matrices, coordinate grids
+(meshgrid), random tensors and initializers. Every creation function takes requires_grad= and returns a leaf
+(as_leaf); a negative size raises NegativeDimensionError (a RuntimeError, as torch, and a ValueError).
 
 Input: shapes, values, dtypes and devices. Output: lazy Tensors (mixed into `Tensor`, so these are called as
 `Tensor.linspace(...)`, `Tensor.randint(...)`, `x.tril()` ...).
@@ -56,19 +58,42 @@ def _mix32(h: Tensor) -> Tensor:
   return h ^ (h >> 16)
 
 
+class NegativeDimensionError(RuntimeError, ValueError):
+  """A negative size in a creation function's shape. torch raises RuntimeError; it is also a ValueError, as
+  minigrad raised before."""
+
+
+def check_no_negative_dimension(dims: tuple[int, ...]) -> tuple[int, ...]:
+  """dims, or NegativeDimensionError in torch's words when one is negative."""
+  for d in dims:
+    if d < 0: raise NegativeDimensionError(f"Trying to create tensor with negative dimension {d}: {list(dims)}")
+  return dims
+
+
 def _shape_of(shape: tuple) -> tuple[int, ...]:
   """f(2, 3) and f((2, 3)) -> (2, 3); negative sizes are an error."""
   dims = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
   if not all(isinstance(d, int) or hasattr(d, "__index__") for d in dims): raise TypeError(f"shape must be ints, got {dims}")
-  dims = tuple(int(d) for d in dims)
-  if any(d < 0 for d in dims): raise ValueError(f"negative dimension in shape {dims}")
-  return dims
+  return check_no_negative_dimension(tuple(int(d) for d in dims))
 
 
 def _float_dtype(dtype: Any, op: str) -> DType:
   dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
   if not dtypes.is_float(dt): raise DTypeError(f"{op} needs a float dtype, got {dt.name}")
   return dt
+
+
+def as_leaf(t: Tensor, requires_grad: bool | None) -> Tensor:
+  """t's value as a new leaf tensor (no recorded history) with `requires_grad`: what every creation function
+  returns. As in torch, only floating-point tensors can require gradients."""
+  from minigrad.tensor import Tensor
+  if requires_grad is not None and not isinstance(requires_grad, bool):
+    raise TypeError(f"requires_grad must be a bool, got {type(requires_grad).__name__}")
+  if requires_grad and not dtypes.is_float(t.dtype):
+    raise RuntimeError(f"Only Tensors of floating point and complex dtype can require gradients (got {t.dtype.name}, shape {t.shape})")
+  result = Tensor(t.uop)
+  result.requires_grad = requires_grad
+  return result
 
 
 def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
@@ -93,7 +118,8 @@ class CreationMixin:
 
   # ---- ranges and matrices ----
   @staticmethod
-  def linspace(start: float, end: float, steps: int, dtype: Any = None, device: str | None = None) -> Tensor:
+  def linspace(start: float, end: float, steps: int, dtype: Any = None, device: str | None = None,
+               requires_grad: bool | None = None) -> Tensor:
     """`steps` values evenly spaced from start to end inclusive (torch.linspace: the first half counts up from
     start, the second half down from end, so both ends are exact)."""
     from minigrad.tensor import Tensor
@@ -101,22 +127,24 @@ class CreationMixin:
     if steps < 0: raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     compute = dt if dt in (dtypes.float32, dtypes.float64) else dtypes.float64 if not dtypes.is_float(dt) else dtypes.float32
-    if steps <= 1: return Tensor.full((steps,), start, dtype=compute, device=device).cast(dt)
+    if steps <= 1: return as_leaf(Tensor.full((steps,), start, dtype=compute, device=device).cast(dt), requires_grad)
     step = (float(end) - float(start)) / (steps - 1)
     index = Tensor.arange(steps, device=device).cast(compute)
     from_start = index * step + float(start)
     from_end = float(end) - (steps - 1 - index) * step
     values = (index < steps // 2).where(from_start, from_end)
-    return values.cast(dt)
+    return as_leaf(values.cast(dt), requires_grad)
 
   @staticmethod
-  def eye(n: int, m: int | None = None, dtype: Any = None, device: str | None = None) -> Tensor:
+  def eye(n: int, m: int | None = None, dtype: Any = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """The n x m identity matrix (m defaults to n)."""
     from minigrad.tensor import Tensor
     m = n if m is None else m
+    for name, v in (("n", n), ("m", m)):
+      if not isinstance(v, (int, np.integer)) or isinstance(v, bool): raise TypeError(f"eye(): argument '{name}' must be int, not {type(v).__name__}")
     if n < 0 or m < 0: raise RuntimeError(f"eye: n and m must be greater or equal to 0, got n={n}, m={m}")
     rows, cols = Tensor.arange(n, device=device).reshape(n, 1), Tensor.arange(m, device=device).reshape(1, m)
-    return rows.eq(cols).cast(to_dtype(dtype) if dtype is not None else dtypes.default_float)
+    return as_leaf(rows.eq(cols).cast(to_dtype(dtype) if dtype is not None else dtypes.default_float), requires_grad)
 
   def _triangle(self, diagonal: int, lower: bool, name: str) -> Tensor:
     if self.ndim < 2: raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions, got shape {self.shape}")
@@ -195,7 +223,8 @@ class CreationMixin:
     return result
 
   @staticmethod
-  def randint(*shape: Any, low: int = 0, high: int = 10, dtype: Any = None, device: str | None = None) -> Tensor:
+  def randint(*shape: Any, low: int = 0, high: int = 10, dtype: Any = None, device: str | None = None,
+              requires_grad: bool | None = None) -> Tensor:
     """Uniform random integers in [low, high) (tinygrad's signature; dtype defaults to dtypes.default_int)."""
     from minigrad.tensor import Tensor
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)): raise TypeError(f"randint: low and high must be ints, got {low!r}, {high!r}")
@@ -206,7 +235,7 @@ class CreationMixin:
       raise RuntimeError(f"randint: [{low}, {high}) doesn't fit dtype {dt.name}")
     (bits,) = Tensor._random_bits(_shape_of(shape), device)
     offset = (bits.cast(dtypes.uint64) * (high - low)) >> 32   # multiply-shift: unbiased to 2**-32 * range
-    return (offset.cast(dtypes.int64) + low).cast(dt)
+    return as_leaf((offset.cast(dtypes.int64) + low).cast(dt), requires_grad)
 
   @staticmethod
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
@@ -221,6 +250,34 @@ class CreationMixin:
     from minigrad.tensor import Tensor
     requires_grad = kwargs.pop("requires_grad", None)
     return Tensor._finish_random(Tensor.randn(*shape, **kwargs) * std + mean, requires_grad)
+
+  @staticmethod
+  def scaled_uniform(*shape: Any, **kwargs: Any) -> Tensor:
+    """U(-1, 1) scaled by 1/sqrt(number of elements) (tinygrad's initializer)."""
+    from minigrad.tensor import Tensor
+    shp = _shape_of(shape)
+    requires_grad = kwargs.pop("requires_grad", None)
+    return as_leaf(Tensor.uniform(*shp, low=-1.0, high=1.0, **kwargs) * prod(shp) ** -0.5, requires_grad)
+
+  def meshgrid(self, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids from 1-d (or 0-d) tensors, as torch.meshgrid: `Tensor.meshgrid(x, y)` or `x.meshgrid(y)`.
+    indexing="ij": output i varies along dim i; "xy" (numpy's default) swaps the first two dims. Views (expands)."""
+    tensors = [self, *others]
+    if indexing not in ("ij", "xy"): raise RuntimeError(f'torch.meshgrid: indexing must be one of "xy" or "ij", but received: {indexing}')
+    for t in tensors:
+      if not isinstance(t, CreationMixin): raise TypeError(f"meshgrid expects Tensors, got {type(t).__name__}")
+      if t.ndim > 1: raise RuntimeError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got a tensor of shape {t.shape}")
+      if t.dtype != self.dtype: raise RuntimeError(f"torch.meshgrid: expects all tensors to have the same dtype (got {self.dtype.name} and {t.dtype.name})")
+      if t.device != self.device: raise RuntimeError(f"torch.meshgrid: expects all tensors to have the same device (got {self.device} and {t.device})")
+    swap = indexing == "xy" and len(tensors) >= 2
+    order = [1, 0] + list(range(2, len(tensors))) if swap else list(range(len(tensors)))
+    sizes = [t.numel() for t in tensors]
+    shape = tuple(sizes[i] for i in order)
+    grids = []
+    for i, t in enumerate(tensors):
+      axis = order.index(i)
+      grids.append(t.reshape(tuple(sizes[i] if d == axis else 1 for d in range(len(tensors)))).expand(shape))
+    return tuple(grids)
 
   def rand_like(self, **kwargs: Any) -> Tensor:
     return type(self).rand(*self.shape, **{"dtype": self.dtype if dtypes.is_float(self.dtype) else None, "device": self.device, **kwargs})

@@ -1,5 +1,6 @@
-"""Joining, splitting and indexing Tensors: cat/stack/split/chunk, repeat, roll, unflatten, gather/scatter,
-masked_fill, and the non-constant pad modes (reflect, replicate, circular).
+"""Joining, splitting and indexing Tensors: cat/stack/split/chunk, repeat, roll, unflatten, gather/scatter
+(scatter(reduce=), scatter_reduce), masked_fill, masked_select, and the non-constant pad modes (reflect,
+replicate, circular).
 
 Input: Tensors (this class is mixed into `Tensor`, so `self` is a Tensor). Output: lazy Tensors.
 Joins and pads are movement-op compositions: `cat` pads each piece to the full size and adds them, so a cat and
@@ -268,10 +269,17 @@ class IndexMixin:
     out = reduced.transpose(dim, -1).squeeze(-1)
     return out.pad(tuple((0, 0) if d == dim else (0, s - i) for d, (s, i) in enumerate(zip(self.shape, index_shape))))
 
-  def scatter(self, dim: int, index: Tensor, src: Tensor | float | int) -> Tensor:
+  def scatter(self, dim: int, index: Tensor, src: Tensor | float | int, reduce: str | None = None) -> Tensor:
     """A copy of self with self[index[i][j]][j] = src[i][j] (dim 0), as torch.scatter (src may be a scalar).
-    Repeated targets: the last source wins."""
+    Repeated targets: the last source wins. reduce="add" / "multiply" combines instead (scatter_reduce's "sum" /
+    "prod" with self included)."""
     from minigrad.tensor import Tensor
+    if reduce is not None:
+      if reduce not in ("add", "multiply"): raise RuntimeError(f"reduce argument must be either add or multiply, got {reduce!r}")
+      if not isinstance(src, IndexMixin):
+        if not isinstance(index, IndexMixin): raise TypeError(f"scatter(): index must be a Tensor, got {type(index).__name__}")
+        src = Tensor.full(index.shape, src, self.dtype, self.device)
+      return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod", include_self=True)
     hot, src_t, dim, hit, _ = self._scatter_parts(dim, index, src, "scatter", last_wins=True)
     if index.numel() == 0: return _fresh(self)
     picked = hot & src_t if self.dtype == dtypes.bool else hot.where(src_t, 0)
@@ -314,6 +322,17 @@ class IndexMixin:
     elif isinstance(value, (bool, int, float, np.generic)): fill = self.full((), value, self.dtype, self.device)
     else: raise TypeError(f"masked_fill: value must be a number or a 0-d Tensor, got {type(value).__name__}")
     return mask.where(fill, self)
+
+  def masked_select(self, mask: Tensor) -> Tensor:
+    """The elements of self where mask is true (both broadcast), as a 1-d tensor in row-major order. Its size
+    depends on the mask's values, so the mask is realized."""
+    if not isinstance(mask, IndexMixin) or mask.dtype != dtypes.bool:
+      raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {getattr(mask, 'dtype', type(mask).__name__)}")
+    from minigrad.tensor_math import broadcast_shape
+    try: shape = broadcast_shape(self.shape, mask.shape)
+    except ValueError: raise RuntimeError(f"masked_select: the shape of the mask {mask.shape} and the shape of the input {self.shape} can't be broadcast") from None
+    flat, chosen = self.expand(shape).reshape(-1), mask.expand(shape).reshape(-1).numpy()
+    return flat[chosen] if chosen.any() else flat.shrink(((0, 0),))   # the empty result keeps its (zero) gradient
 
   def index_select(self, dim: int, index: Tensor) -> Tensor:
     """self indexed along dim by a 1-d (or 0-d) integer tensor."""

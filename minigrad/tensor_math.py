@@ -146,6 +146,13 @@ class MathMixin(UnaryMixin):
     if rounding_mode == "trunc": return a._opmath(lambda x: (x / b.cast(x.dtype)).trunc())
     return a._opmath(lambda x: _floor_divide_float(x, b.cast(x.dtype)))
   def floor_divide(self, x: Any) -> Tensor: return self.div(x, rounding_mode="floor")
+  def idiv(self, x: Any, reverse: bool = False) -> Tensor:
+    """Division rounding toward zero (tinygrad's name; C's integer division): torch's div(rounding_mode="trunc")."""
+    return self.div(x, reverse, rounding_mode="trunc")
+  def mod(self, x: Any, reverse: bool = False) -> Tensor:
+    """tinygrad's name for `%` (the remainder with the divisor's sign, torch.remainder)."""
+    return self.remainder(x, reverse)
+  def neg(self) -> Tensor: return -self
 
   def _safe_divisor(self, b: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
     """(divisor with 0 and -1 replaced by 1, where it was 0, where it was -1 or None). x86 traps on a division
@@ -237,10 +244,41 @@ class MathMixin(UnaryMixin):
   __hash__ = object.__hash__
 
   def isnan(self) -> Tensor: return self.ne(self) if dtypes.is_float(self.dtype) else self.full_like(False, dtype=dtypes.bool)
-  def isinf(self) -> Tensor: return self.abs().eq(math.inf) if dtypes.is_float(self.dtype) else self.full_like(False, dtype=dtypes.bool)
+  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    """True at +inf and -inf; tinygrad's detect_positive / detect_negative pick one side."""
+    if not dtypes.is_float(self.dtype) or not (detect_positive or detect_negative): return self.full_like(False, dtype=dtypes.bool)
+    if detect_positive and detect_negative: return self.abs().eq(math.inf)
+    return self.eq(math.inf if detect_positive else -math.inf)
   def isfinite(self) -> Tensor: return (self.abs() < math.inf) if dtypes.is_float(self.dtype) else self.full_like(True, dtype=dtypes.bool)
   def isposinf(self) -> Tensor: return self.eq(math.inf) if dtypes.is_float(self.dtype) else self.full_like(False, dtype=dtypes.bool)
   def isneginf(self) -> Tensor: return self.eq(-math.inf) if dtypes.is_float(self.dtype) else self.full_like(False, dtype=dtypes.bool)
+
+  def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+    """|self - other| <= atol + rtol * |other| elementwise, as torch.isclose: equal values (infinities too) are
+    close, an infinity is close to nothing else, NaN is close to NaN only with equal_nan. Same dtypes required."""
+    if isinstance(other, MathMixin) and other.dtype != self.dtype:
+      raise RuntimeError(f"isclose(): {self.dtype.name} did not match {other.dtype.name} (shapes {self.shape} and {other.shape})")
+    if rtol < 0: raise RuntimeError(f"rtol must be greater than or equal to zero, but got {rtol}")
+    if atol < 0: raise RuntimeError(f"atol must be greater than or equal to zero, but got {atol}")
+    a, b = self._broadcasted(other)
+    close = a.eq(b)
+    if self.dtype == dtypes.bool: return close
+    af, bf = (a, b) if dtypes.is_float(a.dtype) else (a.cast(dtypes.float64), b.cast(dtypes.float64))
+    close = close | (af.isfinite() & bf.isfinite() & ((af - bf).abs() <= atol + rtol * bf.abs()))
+    return close | (af.isnan() & bf.isnan()) if equal_nan else close
+  def allclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+    """True when every element is close (see isclose)."""
+    return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+  def copysign(self, other: Any) -> Tensor:
+    """|self| with the sign of other (its sign bit: -0.0 and -NaN count as negative), as torch.copysign; the result is
+    a float. The gradient is torch's: grad * out / self to self (0 where self is 0; NaN at infinities), none to other."""
+    a, b = self._broadcasted(other)
+    a, b = a._float(), b._float()
+    def forward(x: Tensor, y: Tensor) -> Tensor:
+      return _sign_bit(x).ne(_sign_bit(y)).where(-x, x)
+    return F.Composite.apply(a, b.detach(), fn=forward,
+                             gradient=lambda grad, out, x, y: (grad * x.eq(0).where(0.0, out / x), None))
 
   # ---- logical ops (any dtype, truthiness) ----
   def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._alu(Ops.CMPNE, self.full(self.shape, True, dtypes.bool, self.device))
@@ -292,6 +330,8 @@ class MathMixin(UnaryMixin):
   def __rrshift__(self, x: Any) -> Tensor: return self._shift(x, left=False, reverse=True)
   def bitwise_left_shift(self, x: Any) -> Tensor: return self << x
   def bitwise_right_shift(self, x: Any) -> Tensor: return self >> x
+  def lshift(self, x: Any, reverse: bool = False) -> Tensor: return self._shift(x, left=True, reverse=reverse)
+  def rshift(self, x: Any, reverse: bool = False) -> Tensor: return self._shift(x, left=False, reverse=reverse)
 
   # ---- selection ----
   def where(self, x: Any, y: Any) -> Tensor:
@@ -418,7 +458,13 @@ class MathMixin(UnaryMixin):
     return self._reduce(Ops.MAX, axis, keepdim)
   def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
     return self._flip_order().max(axis, keepdim)._flip_order()
-  def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+  def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+    """Mean over `axis`; with `dtype` the input is cast to it first (as torch). Integer input gives the default
+    float (torch raises without a dtype)."""
+    if dtype is not None:
+      target = to_dtype(dtype)
+      if not dtypes.is_float(target): raise RuntimeError(f"mean(): could not infer output dtype. Optional dtype must be either a floating point or complex dtype. Got: {target.name}")
+      return self.cast(target).mean(axis, keepdim)
     count = prod(self.shape[a] for a in self._axes(axis))
     def fn(x: Tensor) -> Tensor:
       total = x.sum(axis, keepdim)
@@ -460,6 +506,12 @@ class MathMixin(UnaryMixin):
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     out = self @ weight
     return out + bias if bias is not None else out
+
+
+def _sign_bit(x: Tensor) -> Tensor:
+  """True where a float's sign bit is set (also for -0.0 and -NaN)."""
+  as_int = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[x.dtype.itemsize]
+  return x.bitcast(as_int) < 0
 
 
 # ---- float division with rounding, torch's algorithms (in float32 for float16/bfloat16, like torch) ----

@@ -1,5 +1,5 @@
-"""Linear algebra and neural-network ops on Tensor beyond matmul: einsum, convolutions, pooling, interpolation,
-attention. The implementations live in minigrad.nn (functional, conv, einsum); these are the Tensor-method spellings.
+"""Linear algebra and neural-network ops on Tensor beyond matmul: einsum, convolutions, pooling (and unpooling),
+interpolation, attention, losses. The implementations live in minigrad.nn (functional, conv, einsum); these are the Tensor-method spellings.
 
 Input: Tensors (this class is mixed into `Tensor`). Output: lazy Tensors.
 """
@@ -43,13 +43,15 @@ class NNMixin:
     from minigrad.nn import functional
     return functional.conv_transpose3d(self, weight, bias, stride, padding, output_padding, groups, dilation)
 
-  def max_pool1d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> Tensor:
+  def max_pool1d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False,
+                 return_indices: bool = False) -> Any:
     from minigrad.nn import functional
-    return functional.max_pool1d(self, kernel_size, stride, padding, dilation, ceil_mode)
+    return functional.max_pool1d(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
-  def max_pool3d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> Tensor:
+  def max_pool3d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False,
+                 return_indices: bool = False) -> Any:
     from minigrad.nn import functional
-    return functional.max_pool3d(self, kernel_size, stride, padding, dilation, ceil_mode)
+    return functional.max_pool3d(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
   def avg_pool1d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, count_include_pad: bool = True, *,
                  ceil_mode: bool = False) -> Tensor:
@@ -83,9 +85,14 @@ class NNMixin:
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
     from minigrad.nn import functional
     return functional.conv2d(self, weight, bias, stride, padding, dilation, groups)
-  def max_pool2d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> Tensor:
+  def max_pool2d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False,
+                 return_indices: bool = False) -> Any:
+    """Tensor, or (Tensor, int64 indices) with return_indices (see minigrad.nn.functional.max_pool2d)."""
     from minigrad.nn import functional
-    return functional.max_pool2d(self, kernel_size, stride, padding, dilation, ceil_mode)
+    return functional.max_pool2d(self, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+  def max_unpool2d(self, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None) -> Tensor:
+    from minigrad.nn import functional
+    return functional.max_unpool2d(self, indices, kernel_size, stride, padding, output_size)
   def avg_pool2d(self, kernel_size: Any, stride: Any = None, padding: Any = 0, count_include_pad: bool = True, *,
                  ceil_mode: bool = False, divisor_override: int | None = None) -> Tensor:
     from minigrad.nn import functional
@@ -109,3 +116,11 @@ class NNMixin:
   def binary_crossentropy_logits(self, target: Tensor, reduction: str = "mean") -> Tensor:
     from minigrad.nn import functional
     return functional.binary_crossentropy_logits(self, target, reduction=reduction)
+  def binary_crossentropy(self, target: Tensor, reduction: str = "mean") -> Tensor:
+    """self holds probabilities (see minigrad.nn.functional.binary_crossentropy)."""
+    from minigrad.nn import functional
+    return functional.binary_crossentropy(self, target, reduction=reduction)
+  def nll_loss(self, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    """self holds log-probabilities (see minigrad.nn.functional.nll_loss)."""
+    from minigrad.nn import functional
+    return functional.nll_loss(self, target, weight, ignore_index, reduction)

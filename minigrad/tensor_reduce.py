@@ -3,7 +3,7 @@
 Input: Tensors (this class is mixed into `Tensor`). Output: lazy Tensors built from differentiable primitives, with
 torch's result dtypes (prod/cumsum/cumprod of ints and bools give int64, arg* give int64, any/all give bool).
 
-Cumulative ops (cumsum, cumprod, cummax, cummin) scan the last axis as a triangle: row i of an (n, n) view of the
+Cumulative ops (cumsum, cumprod, cummax, cummin, logcumsumexp) scan the last axis as a triangle: row i of an (n, n) view of the
 input keeps the elements j <= i (the others become the op's identity) and is reduced. Rows longer than
 SCAN_BLOCK are scanned in blocks: each block scans itself, the blocks' totals are scanned (recursively), and each
 block is combined with the total of the blocks before it, so the work is O(n * SCAN_BLOCK) rather than O(n^2).
@@ -28,9 +28,11 @@ class ValuesIndices(NamedTuple):
 
 
 def _identity(op: str, dtype: DType) -> Any:
-  """The element that leaves `op` unchanged: 0 for sum, 1 for prod, the dtype's lowest value for max."""
+  """The element that leaves `op` unchanged: 0 for sum, 1 for prod, the dtype's lowest value for max, -inf for
+  logaddexp."""
   if op == "sum": return 0
   if op == "prod": return 1
+  if op == "logaddexp": return -math.inf
   low = dtypes.min(dtype)
   return low if not dtypes.is_float(dtype) else -math.inf
 
@@ -38,12 +40,23 @@ def _identity(op: str, dtype: DType) -> Any:
 def _combine(op: str, a: Tensor, b: Tensor) -> Tensor:
   if op == "sum": return a + b
   if op == "prod": return a * b
+  if op == "logaddexp": return _logaddexp(a, b)
   return a.maximum(b)
+
+
+def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
+  """log(exp(a) + exp(b)) = max + log1p(exp(min - max)); -inf when both are -inf. The inputs of the branch not
+  taken are made finite first, so backward through the where never multiplies a zero by NaN."""
+  high, low = a.maximum(b), a.minimum(b)
+  both_lowest = high.eq(-math.inf)
+  gap = both_lowest.where(0.0, low - high)
+  return both_lowest.where(-math.inf, high + gap.exp().log1p())
 
 
 def _reduce_last(op: str, x: Tensor) -> Tensor:
   if op == "sum": return x._reduce_keep_dtype("sum", (x.ndim - 1,), False)
   if op == "prod": return x._reduce_keep_dtype("prod", (x.ndim - 1,), False)
+  if op == "logaddexp": return x.logsumexp(-1)
   return x.max(-1)
 
 
@@ -124,7 +137,7 @@ class ReduceMixin:
   # ---- positions ----
   def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
     """Index (int64) of the first maximum along `axis`, or in the flattened tensor when axis is None. NaN counts
-    as larger than everything (as in torch)."""
+    as larger than everything (as in torch). tinygrad returns int32 here; minigrad keeps torch's int64."""
     if self.dtype == dtypes.bool: raise RuntimeError("argmax(): does not support bool input")
     if axis is None:
       if self.numel() == 0: raise IndexError(f"argmax(): Expected reduction dim to be specified for input.numel() == 0 (shape {self.shape})")
@@ -192,6 +205,12 @@ class ReduceMixin:
   def cumprod(self, axis: int = 0, dtype: Any = None) -> Tensor:
     """Running product along `axis`; ints and bools multiply in int64 (as torch). Gradients are right with zeros."""
     return self._widened(dtype)._cumulative(axis, "prod")
+
+  def logcumsumexp(self, axis: int = 0) -> Tensor:
+    """log(cumsum(exp(x))) along `axis`, computed without overflow or underflow: each running value is a
+    max-shifted log-sum-exp of the elements so far (a scan whose combining op is logaddexp). Integers give the
+    default float."""
+    return self._float()._cumulative(axis, "logaddexp")
 
   def cummax(self, axis: int = 0) -> ValuesIndices:
     """(values, indices) of the running maximum along `axis`, as torch.cummax: at ties the index is the latest

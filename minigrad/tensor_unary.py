@@ -66,6 +66,12 @@ ERF32_SMALL = (0.12837916612625122, -0.3761262595653534, 0.1128358542919159, -0.
 ERF32_LARGE = (0.0004069526621606201, -0.002178188879042864, 0.005445676390081644, -0.008351716212928295, 0.008622685447335243,
                -0.006109301466494799, 0.002797348890453577, -0.0005600668955594301, -0.0002584807516541332, 0.0002704003418330103,
                -8.125659951474518e-05, -1.768262700352352e-05, 1.5767991499160416e-05, -5.091959565106663e-07, -8.961351340985857e-07)
+# atan(u) = u + u*z*P(z) with z = u*u for |u| <= tan(pi/8) (least squares in 50-digit precision with relative weights,
+# degree 10; within 0.5 ulp of mpmath's atan in float64 before the argument reduction's rounding)
+ATAN_SMALL = (-0.33333333333333187, 0.19999999999951815, -0.14285714280044026, 0.11111110776759447, -0.09090897585414695,
+              0.07692057439988456, -0.06663075229586649, 0.05847696323165607, -0.05038499894536994, 0.03804554892856584,
+              -0.017887779925664465)
+TAN_PI_8, PI_2, PI_4 = 0.41421356237309503, 1.5707963267948966, 0.7853981633974483
 
 
 def horner(x: Tensor, coefficients: tuple[float, ...]) -> Tensor:
@@ -203,6 +209,90 @@ def tanh_forward(x: Tensor) -> Tensor:
 def sigmoid_forward(x: Tensor) -> Tensor: return 1.0 / (1.0 + exp_forward(-x))
 
 
+# ---- hyperbolic and inverse trigonometric functions, computed in float64 for float32 and smaller (rounded once) ----
+
+def _signed_like(magnitude: Tensor, v: Tensor) -> Tensor:
+  """magnitude with v's sign, for odd functions: -magnitude where v < 0, and v itself where v is +-0.0."""
+  return (v < 0).where(-magnitude, v.eq(0).where(v, magnitude))
+
+
+def _sinh_f64(v: Tensor) -> Tensor:
+  """sinh|v| = (u + u/(u+1))/2 with u = expm1|v| below 1 (no cancellation near 0), else h*h/2 - 1/(2*h*h) with
+  h = exp(|v|/2) (finite as long as sinh is); the sign is restored last."""
+  a = v.abs()
+  u = expm1_forward(a.minimum(1.0))
+  small = 0.5 * (u + u / (u + 1.0))
+  h = exp_forward(a * 0.5)
+  large = (0.5 * h) * h - (0.5 / h) / h
+  magnitude = (a < 1.0).where(small, large)
+  return _signed_like(magnitude, v)
+
+
+def _cosh_f64(v: Tensor) -> Tensor:
+  h = exp_forward(v.abs() * 0.5)
+  return (0.5 * h) * h + (0.5 / h) / h
+
+
+def _atan_f64(v: Tensor) -> Tensor:
+  """atan by reduction to |u| <= tan(pi/8): atan(a) = pi/2 - atan(1/a) for a > 1, pi/4 + atan((a-1)/(a+1)) for a
+  > tan(pi/8), then the ATAN_SMALL polynomial; atan(+-inf) = +-pi/2 and NaN stays NaN."""
+  a = v.abs()
+  inverted = a > 1.0
+  t = inverted.where(1.0 / a, a)
+  shifted = t > TAN_PI_8
+  u = shifted.where((t - 1.0) / (t + 1.0), t)
+  z = u * u
+  r = u + u * z * horner(z, ATAN_SMALL)
+  r = shifted.where(r + PI_4, r)
+  r = inverted.where(PI_2 - r, r)
+  return _signed_like(r, v)
+
+
+def sinh_forward(x: Tensor) -> Tensor: return _in_float64(x, _sinh_f64)
+def cosh_forward(x: Tensor) -> Tensor: return _in_float64(x, _cosh_f64)
+def atan_forward(x: Tensor) -> Tensor: return _in_float64(x, _atan_f64)
+
+
+def asin_forward(x: Tensor) -> Tensor:
+  """asin(x) = atan(x / sqrt((1-x)(1+x))): the product keeps 1 - x*x exact near +-1; |x| > 1 gives NaN."""
+  return _in_float64(x, lambda v: _atan_f64(v / ((1.0 - v) * (1.0 + v)).sqrt()))
+
+
+def acos_forward(x: Tensor) -> Tensor:
+  """acos(x) = 2 atan(sqrt((1-x)/(1+x))): accurate near 1, where pi/2 - asin(x) would cancel."""
+  return _in_float64(x, lambda v: 2.0 * _atan_f64(((1.0 - v) / (1.0 + v)).sqrt()))
+
+
+def asinh_forward(x: Tensor) -> Tensor:
+  """asinh|x| = log1p(a + a*a/(1 + sqrt(1 + a*a))) (accurate near 0), log(a) + ln2 beyond 2**28 (a*a would overflow)."""
+  def fn(v: Tensor) -> Tensor:
+    a = v.abs()
+    moderate = a.minimum(2.0 ** 28)
+    near = log1p_forward(moderate + moderate * moderate / (1.0 + (1.0 + moderate * moderate).sqrt()))
+    magnitude = (a > 2.0 ** 28).where(_log_forward(a) + LN2, near)
+    return _signed_like(magnitude, v)
+  return _in_float64(x, fn)
+
+
+def acosh_forward(x: Tensor) -> Tensor:
+  """acosh(x) = log1p(t + sqrt(2t + t*t)) with t = x - 1 (accurate near 1), log(x) + ln2 beyond 2**28; x < 1 gives NaN."""
+  def fn(v: Tensor) -> Tensor:
+    t = v.minimum(2.0 ** 28) - 1.0
+    out = (v > 2.0 ** 28).where(_log_forward(v) + LN2, log1p_forward(t + (2.0 * t + t * t).sqrt()))
+    return (v < 1.0).where(math.nan, out)
+  return _in_float64(x, fn)
+
+
+def atanh_forward(x: Tensor) -> Tensor:
+  """atanh|x| = log1p(2a / (1 - a)) / 2 with a = |x| (log1p's argument stays >= 0, where it is well conditioned):
+  +-inf at +-1, NaN beyond; the sign is restored last."""
+  def fn(v: Tensor) -> Tensor:
+    a = v.abs()
+    magnitude = 0.5 * log1p_forward(2.0 * a / (1.0 - a))
+    return _signed_like(magnitude, v)
+  return _in_float64(x, fn)
+
+
 def erf_forward(x: Tensor) -> Tensor:
   a = x.abs()
   if x.dtype == dtypes.float32:
@@ -257,6 +347,14 @@ class UnaryMixin:
   def tanh(self) -> Tensor: return self._primitive(tanh_forward, lambda x, y: 1 - y * y)
   def sigmoid(self) -> Tensor: return self._primitive(sigmoid_forward, lambda x, y: y * (1 - y))
   def erf(self) -> Tensor: return self._primitive(erf_forward, lambda x, y: TWO_OVER_SQRT_PI * (-x * x).exp())
+  def sinh(self) -> Tensor: return self._primitive(sinh_forward, lambda x, y: x.cosh())
+  def cosh(self) -> Tensor: return self._primitive(cosh_forward, lambda x, y: x.sinh())
+  def asin(self) -> Tensor: return self._primitive(asin_forward, lambda x, y: ((1 - x) * (1 + x)).rsqrt())
+  def acos(self) -> Tensor: return self._primitive(acos_forward, lambda x, y: -((1 - x) * (1 + x)).rsqrt())
+  def atan(self) -> Tensor: return self._primitive(atan_forward, lambda x, y: 1 / (1 + x * x))
+  def asinh(self) -> Tensor: return self._primitive(asinh_forward, lambda x, y: (x * x + 1).rsqrt())
+  def acosh(self) -> Tensor: return self._primitive(acosh_forward, lambda x, y: ((x - 1) * (x + 1)).rsqrt())
+  def atanh(self) -> Tensor: return self._primitive(atanh_forward, lambda x, y: 1 / ((1 - x) * (1 + x)))
 
   # ---- sign and rounding (zero gradient, as torch); integers pass through ----
   def _piecewise_constant(self, fn: Callable[[Tensor], Tensor]) -> Tensor:
@@ -333,9 +431,14 @@ class UnaryMixin:
     return self._opmath(lambda x: x * (x + 3.0).relu6() / 6.0)
 
   def gelu(self, approximate: str = "none") -> Tensor:
-    """x * Phi(x) with the exact normal CDF (approximate="none") or torch's tanh approximation."""
+    """x * Phi(x) with the exact normal CDF (approximate="none", torch's default) or the tanh approximation
+    (approximate="tanh", which is tinygrad's gelu; minigrad keeps torch's default)."""
     if approximate == "none": return self._opmath(lambda x: 0.5 * x * (1.0 + (x * SQRT_HALF).erf()))
     if approximate == "tanh": return self._opmath(lambda x: 0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh()))
     raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+  def softsign(self) -> Tensor:
+    """x / (1 + |x|) (torch.nn.functional.softsign)."""
+    return self._opmath(lambda x: x / (1.0 + x.abs()))
 
   def quick_gelu(self) -> Tensor: return self._opmath(lambda x: x * (x * 1.702).sigmoid())

@@ -15,11 +15,11 @@ Bad arguments raise `ArgumentError` (a RuntimeError, as torch raises, and a Valu
 with messages naming the shapes and parameters involved.
 """
 from __future__ import annotations
-from typing import Sequence
+from typing import Callable, Sequence
 import math
 import numpy as np
 from minigrad.dtype import dtypes
-from minigrad.function import Function
+from minigrad.function import Composite, Function
 from minigrad.helpers import prod
 from minigrad.opt.cpu_policy import conv_row_width
 from minigrad.target import cpu_target
@@ -104,8 +104,9 @@ def _positive(values: tuple[int, ...], name: str, what: str) -> None:
 
 def _conv_padding(padding: IntOrPair | str, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
                   what: str) -> tuple[tuple[int, int], ...]:
-  """((before, after), ...) per spatial dim from torch's padding forms: an int, one int per dim, 'valid', 'same'.
-  'same' puts the odd element of an even total on the right, as torch does."""
+  """((before, after), ...) per spatial dim from torch's padding forms: an int, one int per dim, 'valid', 'same'
+  ('same' puts the odd element of an even total on the right, as torch does), or tinygrad's per-side form of
+  2 * dims ints, last dim first ((left, right, top, bottom) for 2-d), where a negative amount crops the input."""
   dims = len(kernel)
   if isinstance(padding, str):
     if padding == "valid": return ((0, 0),) * dims
@@ -113,6 +114,9 @@ def _conv_padding(padding: IntOrPair | str, kernel: Sequence[int], stride: Seque
     if any(s != 1 for s in stride): raise ArgumentError(f"{what}: padding='same' is not supported for strided convolutions (stride {tuple(stride)})")
     total = [d * (k - 1) for k, d in zip(kernel, dilation)]
     return tuple((t // 2, t - t // 2) for t in total)
+  if isinstance(padding, (list, tuple)) and len(padding) == 2 * dims:   # tinygrad's per-side form, last dim first
+    sides = _ntuple(padding, "padding", 2 * dims)
+    return tuple((sides[2 * (dims - 1 - d)], sides[2 * (dims - 1 - d) + 1]) for d in range(dims))
   pads = _ntuple(padding, "padding", dims)
   if min(pads) < 0: raise ArgumentError(f"{what}: negative padding is not supported, got padding={pads}")
   return tuple((p, p) for p in pads)
@@ -127,7 +131,8 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPai
          dilation: IntOrPair = 1, groups: int = 1) -> Tensor:
   """N-d cross-correlation (N = weight.ndim - 2), as torch.nn.functional.conv1d/2d/3d. x: (batch, C_in, *spatial)
   or (C_in, *spatial); weight: (C_out, C_in // groups, *kernel); bias: (C_out,).
-  padding: an int, one int per spatial dim, 'valid' or 'same'."""
+  padding: an int, one int per spatial dim, 'valid' or 'same' (torch), or 2 * dims ints (tinygrad's per-side form,
+  last dim first: (left, right, top, bottom) for 2-d; negative amounts crop)."""
   dims = weight.ndim - 2
   what = f"conv{dims}d"
   if dims < 1: raise ArgumentError(f"conv: weight must have at least 3 dims (C_out, C_in/groups, *kernel), got shape {weight.shape}")
@@ -149,6 +154,9 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPai
   _positive(strides, "stride", what)
   _positive(dilations, "dilation", what)
   pads = _conv_padding(padding, kernel, strides, dilations, what)
+  if any(b < 0 or a < 0 for b, a in pads):   # tinygrad's negative padding: crop first, convolve with the rest
+    x = x.pad(((0, 0), (0, 0)) + tuple((min(b, 0), min(a, 0)) for b, a in pads))
+    pads = tuple((max(b, 0), max(a, 0)) for b, a in pads)
   padded = tuple(s + b + a for s, (b, a) in zip(x.shape[2:], pads))
   reach = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilations))
   if any(p < r for p, r in zip(padded, reach)):
@@ -342,12 +350,24 @@ def _pooled_windows(x: Tensor, dims: int, kernel: tuple[int, ...], strides: tupl
 
 
 def max_pool(x: Tensor, dims: int, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
-             dilation: IntOrPair = 1, ceil_mode: bool = False) -> Tensor:
+             dilation: IntOrPair = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
   """Max over kernel windows of the last `dims` dims of (N, C, *spatial) or (C, *spatial), as torch's max_poolNd:
   stride defaults to kernel_size, padding counts as -inf, ceil_mode keeps a last partial window that starts
-  inside the input or the left padding."""
+  inside the input or the left padding. return_indices: also the int64 position of each window's first maximum,
+  flat in the input's spatial dims (what max_unpool takes)."""
   what = f"max_pool{dims}d"
   kernel, strides, dilations, pads, outs, extras = _pool_geometry(x, dims, kernel_size, stride, padding, dilation, ceil_mode, what)
+  if return_indices:
+    lowest = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
+    win = _pooled_windows(x, dims, kernel, strides, dilations, pads, outs, extras, lowest)
+    flat = win.reshape(win.shape[:-dims] + (prod(kernel),))
+    first = _first_maximum(flat, flat.max(-1, keepdim=True).detach())
+    spatial = x.shape[-dims:]
+    positions = Tensor.arange(prod(spatial), device=x.device).reshape(spatial)   # each input element's flat position
+    positions = _pooled_windows(positions, dims, kernel, strides, dilations, pads, outs, extras, -1)
+    positions = positions.reshape(positions.shape[:-dims] + (prod(kernel),))
+    indices = first.where(positions, 0).sum(-1, dtype=dtypes.int32).cast(dtypes.int64)
+    return first.where(flat, 0).sum(-1, dtype=x.dtype), indices
   if strides == kernel and set(dilations) == {1} and not any(pads) and not any(extras):
     return _TiledMaxPool.apply(x, kernel=kernel, outs=outs)
   lowest = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
@@ -357,6 +377,42 @@ def max_pool(x: Tensor, dims: int, kernel_size: IntOrPair, stride: IntOrPair | N
   # plain max would share it between ties (common after relu). Pick that element with a one-hot mask and sum.
   flat = win.reshape(win.shape[:-dims] + (prod(kernel),))
   return _first_maximum(flat, flat.max(-1, keepdim=True).detach()).where(flat, 0).sum(-1)
+
+
+def max_unpool(x: Tensor, indices: Tensor, dims: int, kernel_size: IntOrPair, stride: IntOrPair | None = None,
+               padding: IntOrPair = 0, output_size: Sequence[int] | None = None) -> Tensor:
+  """The inverse of max pooling, as torch's max_unpoolNd: zeros of the pooled input's size with x placed at
+  `indices` (flat spatial positions from max_pool(return_indices=True)). The output's spatial size is
+  (in - 1) * stride - 2 * padding + kernel, or the last dims of output_size. Placement is a one-hot compare, so
+  indices outside the output give nothing (torch raises; checking needs the indices on the host)."""
+  what = f"max_unpool{dims}d"
+  if x.ndim not in (dims + 1, dims + 2):
+    raise ArgumentError(f"{what}: expected a {dims + 1}-d (C, *spatial) or {dims + 2}-d (N, C, *spatial) input, got shape {x.shape}")
+  if not isinstance(indices, Tensor) or indices.shape != x.shape or not dtypes.is_int(indices.dtype):
+    raise ArgumentError(f"{what}: Expected shape of indices to be same as that of the input tensor ({x.shape}) and an integer dtype, "
+                        f"got indices of shape {getattr(indices, 'shape', None)} and dtype {getattr(indices, 'dtype', None)}")
+  kernel = _ntuple(kernel_size, "kernel_size", dims)
+  strides = kernel if stride is None else _ntuple(stride, "stride", dims)
+  pads = _ntuple(padding, "padding", dims)
+  default = tuple((size - 1) * s - 2 * p + k for size, s, p, k in zip(x.shape[-dims:], strides, pads, kernel))
+  if output_size is None: spatial = default
+  else:
+    spatial = tuple(int(v) for v in output_size)[-dims:] if len(output_size) in (dims, x.ndim) else ()
+    if len(spatial) != dims or any(s < 1 for s in spatial):
+      raise ArgumentError(f"{what}: output_size must have {dims} or {x.ndim} elements (spatial sizes >= 1), got {tuple(output_size)}")
+  lead, count = x.shape[:-dims], prod(x.shape[-dims:])
+  flat_x, flat_i = x.reshape(lead + (count, 1)), indices.reshape(lead + (count, 1))
+  hit = flat_i.eq(Tensor.arange(prod(spatial), device=x.device))                  # (..., input position, output position)
+  def place(values: Tensor) -> Tensor:   # an output position hit twice (overlapping windows) holds the same element: max
+    lowest = -math.inf if dtypes.is_float(values.dtype) else dtypes.min(values.dtype)
+    return hit.any(-2).where(hit.where(values, lowest).max(-2), 0).cast(values.dtype)
+  out = _placed(flat_x, hit, place) if x.requires_grad and Tensor.grad_enabled else place(flat_x)
+  return out.reshape(lead + spatial)
+
+
+def _placed(flat_x: Tensor, hit: Tensor, place: Callable[[Tensor], Tensor]) -> Tensor:
+  """place(flat_x) with torch's gradient: each input element gets the gradient of the output it went to."""
+  return Composite.apply(flat_x, fn=place, gradient=lambda grad, out, _: (hit.where(grad.unsqueeze(-2), 0).sum(-1, keepdim=True),))
 
 
 def _first_maximum(flat: Tensor, peak: Tensor) -> Tensor:

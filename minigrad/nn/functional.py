@@ -14,16 +14,17 @@ from typing import Sequence
 import math
 import numpy as np
 from minigrad.dtype import dtypes
+from minigrad.function import Composite
 from minigrad.tensor import Tensor
 from minigrad.nn.state import assign
-from minigrad.nn.conv import ArgumentError, IntOrPair, sliding_windows, conv, conv_transpose, max_pool, avg_pool
+from minigrad.nn.conv import ArgumentError, IntOrPair, sliding_windows, conv, conv_transpose, max_pool, max_unpool, avg_pool
 from minigrad.nn.einsum import einsum
 
 __all__ = ["ArgumentError", "IntOrPair", "sliding_windows", "einsum", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
            "conv_transpose2d", "conv_transpose3d", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d",
            "avg_pool3d", "interpolate", "scaled_dot_product_attention", "softmax", "log_softmax", "dropout", "layer_norm",
            "batch_norm", "one_hot", "cross_entropy", "sparse_categorical_crossentropy", "binary_crossentropy_logits",
-           "binary_crossentropy", "mse_loss", "l1_loss"]
+           "binary_crossentropy", "mse_loss", "l1_loss", "nll_loss", "max_unpool1d", "max_unpool2d", "max_unpool3d"]
 
 
 # ---------------------------------------------------------------- convolution (see minigrad.nn.conv)
@@ -86,20 +87,36 @@ def conv_transpose3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
 # ---------------------------------------------------------------- pooling (see minigrad.nn.conv)
 
 def max_pool1d(x: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
-               dilation: IntOrPair = 1, ceil_mode: bool = False) -> Tensor:
-  return max_pool(x, 1, kernel_size, stride, padding, dilation, ceil_mode)
+               dilation: IntOrPair = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+  return max_pool(x, 1, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
 def max_pool2d(x: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
-               dilation: IntOrPair = 1, ceil_mode: bool = False) -> Tensor:
+               dilation: IntOrPair = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
   """Max over kernel windows of (N, C, H, W) or (C, H, W), as torch: stride defaults to kernel_size, padding is
-  -inf, ceil_mode keeps a last partial window."""
-  return max_pool(x, 2, kernel_size, stride, padding, dilation, ceil_mode)
+  -inf, ceil_mode keeps a last partial window; return_indices adds the flat (h * W + w) position of each maximum."""
+  return max_pool(x, 2, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
 def max_pool3d(x: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
-               dilation: IntOrPair = 1, ceil_mode: bool = False) -> Tensor:
-  return max_pool(x, 3, kernel_size, stride, padding, dilation, ceil_mode)
+               dilation: IntOrPair = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+  return max_pool(x, 3, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_unpool1d(x: Tensor, indices: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
+                 output_size: Sequence[int] | None = None) -> Tensor:
+  return max_unpool(x, indices, 1, kernel_size, stride, padding, output_size)
+
+
+def max_unpool2d(x: Tensor, indices: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
+                 output_size: Sequence[int] | None = None) -> Tensor:
+  """Put each value of a max_pool2d output back at its index (from return_indices=True), zeros elsewhere."""
+  return max_unpool(x, indices, 2, kernel_size, stride, padding, output_size)
+
+
+def max_unpool3d(x: Tensor, indices: Tensor, kernel_size: IntOrPair, stride: IntOrPair | None = None, padding: IntOrPair = 0,
+                 output_size: Sequence[int] | None = None) -> Tensor:
+  return max_unpool(x, indices, 3, kernel_size, stride, padding, output_size)
 
 
 # avg_pool's fifth positional argument is count_include_pad (minigrad's earlier order); ceil_mode and
@@ -394,6 +411,34 @@ def cross_entropy(logits: Tensor, target: Tensor, label_smoothing: float = 0.0, 
   return _reduce_loss(per_item, reduction, ignored_count)
 
 
+def nll_loss(log_probs: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+             reduction: str = "mean") -> Tensor:
+  """torch.nn.functional.nll_loss: -weight[t] * log_probs[t] per item, the class axis 1 of (N, C, d1, ...) or (N, C)
+  (0 of (C,)); target holds class indices of log_probs' shape without the class axis. Items whose target is
+  ignore_index count for nothing; 'mean' divides by the sum of the kept items' weights (NaN if none is kept).
+  Targets outside [0, C) are not checked (that would need their values on the host) and give 0, like one_hot."""
+  if log_probs.ndim == 0: raise ValueError(f"nll_loss: input must have a class dimension, got shape {log_probs.shape}")
+  if not dtypes.is_int(target.dtype): raise RuntimeError(f"expected target dtype to be Long or Byte, but got {target.dtype.name}")
+  class_axis = 0 if log_probs.ndim == 1 else 1
+  classes = log_probs.shape[class_axis]
+  expected = log_probs.shape[:class_axis] + log_probs.shape[class_axis + 1:]
+  if log_probs.ndim == 2 and target.ndim > 1: raise RuntimeError(f"0D or 1D target tensor expected, multi-target not supported (target shape {target.shape})")
+  if target.shape != expected:
+    if log_probs.ndim >= 2 and target.ndim >= 1 and target.shape[0] != log_probs.shape[0]:
+      raise ValueError(f"Expected input batch_size ({log_probs.shape[0]}) to match target batch_size ({target.shape[0]}).")
+    raise RuntimeError(f"Expected target size {list(expected)}, got {list(target.shape)} (input shape {log_probs.shape})")
+  if weight is not None and weight.shape != (classes,):
+    raise RuntimeError(f"weight tensor should be defined either for all {classes} classes or no classes but got weight tensor of shape: {list(weight.shape)}")
+  if reduction not in ("none", "mean", "sum"): raise ValueError(f"{reduction} is not a valid value for reduction")
+  x = _class_last(log_probs)
+  hit = target.unsqueeze(-1).eq(Tensor.arange(classes, device=target.device)) & target.ne(ignore_index).unsqueeze(-1)
+  picked = hit.where(x, 0.0).sum(-1)                        # where, not a product: -inf elsewhere in the row stays out
+  item_weight = hit.where(weight.cast(x.dtype), 0.0).sum(-1) if weight is not None else hit.any(-1).cast(x.dtype)
+  per_item = -picked * item_weight if weight is not None else -picked
+  if reduction == "mean": return per_item.sum() / item_weight.sum()
+  return per_item.sum() if reduction == "sum" else per_item
+
+
 def sparse_categorical_crossentropy(logits: Tensor, labels: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
                                     reduction: str = "mean") -> Tensor:
   """tinygrad's name: cross entropy of logits (N, C) against integer labels (N,); labels == ignore_index skipped."""
@@ -423,11 +468,16 @@ def binary_crossentropy_logits(logits: Tensor, target: Tensor, reduction: str = 
 
 
 def binary_crossentropy(probs: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-  """torch's binary_cross_entropy on probabilities; each log is clamped at -100 as torch does."""
+  """torch's binary_cross_entropy on probabilities; each log is clamped at -100 as torch does. The gradients are
+  torch's formulas: (p - t) / max(p (1 - p), 1e-12) for p (finite at p = 0 and 1, where the clamped logs have
+  none) and log(1 - p) - log(p) (not clamped: infinite at 0 and 1) for the target."""
   _check_same_shape("binary_crossentropy", probs, target, ("probs", "target"))
-  t = target.cast(_as_float(probs).dtype)
-  per_item = -(t * probs.log().maximum(-100.0) + (1 - t) * (1 - probs).log().maximum(-100.0))
-  return _reduce_loss(per_item, reduction)
+  p = _as_float(probs)
+  t = target.cast(p.dtype)
+  def forward(p: Tensor, t: Tensor) -> Tensor: return -(t * p.log().maximum(-100.0) + (1 - t) * (1 - p).log().maximum(-100.0))
+  def gradient(grad: Tensor, out: Tensor, p: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+    return grad * (p - t) / (p * (1 - p)).maximum(1e-12), grad * ((1 - p).log() - p.log())
+  return _reduce_loss(Composite.apply(p, t, fn=forward, gradient=gradient), reduction)
 
 
 def mse_loss(prediction: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
