@@ -102,3 +102,19 @@ def test_cat_with_an_empty_part_keeps_negative_zero():
   part = Tensor(np.zeros((2, 0), np.float32), requires_grad=True)
   out = Tensor(np.array([[-0.0], [1.0]], np.float32)).cat(part, dim=1).numpy()
   assert np.signbit(out[0, 0]) and out[1, 0] == 1
+
+
+def test_hoisted_reduce_takes_no_reduce_of_an_unopened_loop():
+  # the input gradient of a 3-d convolution over a padded and cropped input: upcast lanes give reduces of which some
+  # read no global index; one of those was computed before the global loops opened and took along, in the same loop
+  # nest, a lane that reads global index 1 ("range (1, 'global') used outside its loop")
+  import torch
+  from minigrad.nn.conv import _Convolution
+  rng = np.random.default_rng(0)
+  x, w = rng.standard_normal((1, 2, 5, 6, 4)).astype(np.float32), rng.standard_normal((2, 2, 3, 2, 2)).astype(np.float32)
+  tx = Tensor(x, requires_grad=True)
+  _Convolution.apply(tx, Tensor(w), strides=(1, 1, 1), dilations=(1, 1, 1), pads=((0, 2), (-1, 1), (1, 0)), groups=1).sum().backward()
+  ref = torch.tensor(x, requires_grad=True)
+  padded = torch.nn.functional.pad(ref, (1, 0, -1, 1, 0, 2))   # last dim first; a negative pad crops
+  torch.nn.functional.conv3d(padded, torch.tensor(w)).sum().backward()
+  np.testing.assert_allclose(tx.grad.numpy(), ref.grad.numpy(), rtol=1e-5, atol=1e-5)

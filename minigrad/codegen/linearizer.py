@@ -103,8 +103,10 @@ class _Emitter:
     loops = reduce.src[1:]
     group = [reduce]
     for r in self.reduces:   # independent of every member, not just of `reduce` (two rows' max and sum: each row's
-      # sum needs its own max, so the other row's max and sum can't join together)
-      if r not in group and r.src[1:] == loops and r not in self.emitted and not any(self.depends(r, g) or self.depends(g, r) for g in group):
+      # sum needs its own max, so the other row's max and sum can't join together), and inside no loop that `reduce`
+      # is not inside (a reduce hoisted out of a global loop can't take along one that reads that loop's index)
+      if r not in group and r.src[1:] == loops and r not in self.emitted and self.inside[r] <= self.inside[reduce] and \
+         not any(self.depends(r, g) or self.depends(g, r) for g in group):
         group.append(r)
     # what the bodies need from outside these loops comes first, so it stays in scope afterwards
     for member in group:
