@@ -189,6 +189,8 @@ class _FunctionWriter:
     self.temporaries = 0
     self.defined: set[str] = set()            # registers written so far
     self.zeros_size = 0                       # bytes of the zero constant gated loads fall back to (0: none)
+    self.loop_ids: dict[UOp, str] = {}        # RANGE -> the id of its labels and counter where it was last opened
+    self.opened: set[str] = set()             # the loop ids used so far
 
   # ---- emitting ----
   def emit(self, u: UOp, text: str, suffix: str = "") -> str:
@@ -288,7 +290,10 @@ class _FunctionWriter:
 
   # ---- loops ----
   def open_loop(self, rng: UOp) -> None:
-    i = self.position[rng]
+    i = str(self.position[rng])
+    if i in self.opened: i = f"{i}.{len(self.opened)}"   # a loop opened again (the same reduce loops, a second nest)
+    self.opened.add(i)
+    self.loop_ids[rng] = i
     counter = self.names[rng] = f"%{'ridx' if rng.arg[1] == 'reduce' else 'gidx'}{i}"
     start, end = self.value(rng.src[0], rng), self.value(rng.src[1], rng)
     self.instruction(f"br label %loop{i}")
@@ -300,7 +305,7 @@ class _FunctionWriter:
     self.label(f"loop{i}.body")
 
   def close_loop(self, rng: UOp) -> None:
-    i, counter = self.position[rng], self.names[rng]
+    i, counter = self.loop_ids[rng], self.names[rng]
     self.instruction(f"br label %loop{i}.latch")
     self.label(f"loop{i}.latch")
     self.instruction(f"{counter}.next = add nsw i32 {counter}, 1")   # counter < end <= INT_MAX: can't overflow
