@@ -1,0 +1,531 @@
+"""A character-level GPT trained on Tiny Shakespeare, and sampling from it with a KV-cache.
+
+  python examples/gpt.py                                      # train (baby-GPT size), evaluate, save, sample 200 chars
+  python examples/gpt.py --iters 300 --layers 2 --width 64    # a quick run
+  python examples/gpt.py --iters 0 --resume gpt.safetensors --generate 500 --prompt "ROMEO:" --temperature 0.8 --top-k 20
+  DEBUG=1 python examples/gpt.py --iters 0 --resume gpt.safetensors --generate 100   # compiled kernels per token
+
+The model: token + position embeddings, pre-LayerNorm transformer blocks (causal self-attention, a 4x GELU MLP),
+a final LayerNorm and an output layer that shares its weights with the token embedding (weight tying). Training
+uses AdamW on random windows of the text; the step runs under TinyJit (its kernels are replayed from the third
+step on). The loss on a held-out 10% of the text is logged every --eval-interval iterations.
+
+Input text: --data FILE, else $TINYSHAKESPEARE, else ../shared/datasets/tinyshakespeare/input.txt next to the
+repository, else the cached copy ~/.cache/minigrad/tinyshakespeare/input.txt, else a download (md5 checked). Offline
+and without the file, one line says so and the model trains on a short sample of text built into this file.
+
+Generation (`--generate N`): each block keeps a preallocated key/value cache of --context positions. The prompt,
+padded to --context, is processed in one pass that fills the caches; then one token per step. minigrad has no
+symbolic shapes, so the position is data, not shape: a step gets the position as a 1-element int tensor, writes the
+new key and value at that row of the cache (a `where` over the cache, assigned back) and masks attention to rows
+<= position; the prefill gets the prompt's length the same way. Both run under TinyJit with the same shapes at
+every call, so after the first tokens no kernel is compiled any more (DEBUG>=1 prints the count of compiled kernels
+after each token). When the cache is full, the last half of the context is processed again as a new prompt (the
+position embeddings only go up to --context).
+Sampling is seeded (--seed) and happens on the host, with --temperature and --top-k.
+"""
+from __future__ import annotations
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+import argparse
+import hashlib
+import json
+import math
+import os
+import pathlib
+import sys
+import time
+import urllib.request
+import numpy as np
+from tqdm import tqdm
+from minigrad import Device, Tensor, TinyJit, nn
+from minigrad.engine import realize
+from minigrad.helpers import DEBUG
+from minigrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_metadata, safe_save
+
+TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+TINYSHAKESPEARE_MD5 = "6fb458f1232090904fb40fe944165e91"
+SHARED_COPY = pathlib.Path(__file__).resolve().parents[2] / "shared" / "datasets" / "tinyshakespeare" / "input.txt"
+CACHED_COPY = pathlib.Path.home() / ".cache" / "minigrad" / "tinyshakespeare" / "input.txt"
+# the offline fallback: public-domain lines (Sonnet 18 and Hamlet's soliloquy), repeated to make a few KB of text
+SAMPLE_TEXT = """Shall I compare thee to a summer's day?
+Thou art more lovely and more temperate:
+Rough winds do shake the darling buds of May,
+And summer's lease hath all too short a date;
+Sometime too hot the eye of heaven shines,
+And often is his gold complexion dimm'd;
+And every fair from fair sometime declines,
+By chance or nature's changing course untrimm'd;
+But thy eternal summer shall not fade,
+Nor lose possession of that fair thou ow'st;
+Nor shall death brag thou wander'st in his shade,
+When in eternal lines to time thou grow'st:
+So long as men can breathe or eyes can see,
+So long lives this, and this gives life to thee.
+
+HAMLET:
+To be, or not to be, that is the question:
+Whether 'tis nobler in the mind to suffer
+The slings and arrows of outrageous fortune,
+Or to take arms against a sea of troubles
+And by opposing end them. To die: to sleep;
+No more; and by a sleep to say we end
+The heart-ache and the thousand natural shocks
+That flesh is heir to, 'tis a consummation
+Devoutly to be wish'd.
+"""
+
+
+# ---------------------------------------------------------------- text
+
+@dataclass
+class Text:
+  """The training text, where it came from, and its character vocabulary."""
+  text: str
+  source: str
+  chars: str = ""
+
+  def __post_init__(self) -> None:
+    if not self.chars: self.chars = "".join(sorted(set(self.text)))
+
+  def encode(self, text: str) -> np.ndarray:
+    index = {c: i for i, c in enumerate(self.chars)}
+    unknown = sorted(set(text) - set(index))
+    if unknown: raise ValueError(f"characters {''.join(unknown)!r} are not in the model's vocabulary of {len(self.chars)} characters")
+    return np.array([index[c] for c in text], dtype=np.int32)
+
+  def decode(self, tokens: Sequence[int]) -> str: return "".join(self.chars[int(t)] for t in tokens)
+
+
+def _md5(data: bytes) -> str: return hashlib.md5(data).hexdigest()
+
+
+def load_text(path: str | None = None, download: bool = True) -> Text:
+  """--data (any text file), $TINYSHAKESPEARE, the shared copy, the cached copy, a download into the cache (md5
+  checked), else the built-in sample, announced in one line."""
+  if path is not None:
+    if not pathlib.Path(path).is_file(): raise FileNotFoundError(f"--data: no such file {path}")
+    return Text(pathlib.Path(path).read_text(encoding="utf-8"), str(path))
+  candidates = [pathlib.Path(p) for p in (os.environ.get("TINYSHAKESPEARE"),) if p] + [SHARED_COPY, CACHED_COPY]
+  for candidate in candidates:
+    if candidate.is_file():
+      data = candidate.read_bytes()
+      if _md5(data) != TINYSHAKESPEARE_MD5:
+        print(f"warning: {candidate} is not the usual Tiny Shakespeare (md5 {_md5(data)}); using it anyway")
+      return Text(data.decode("utf-8"), f"Tiny Shakespeare ({candidate})")
+  reason = f"not in {', '.join(map(str, candidates))}"
+  if download:
+    try:
+      with urllib.request.urlopen(TINYSHAKESPEARE_URL, timeout=10) as response: data = response.read()
+      if _md5(data) != TINYSHAKESPEARE_MD5: raise ValueError(f"downloaded file has md5 {_md5(data)}, expected {TINYSHAKESPEARE_MD5}")
+      CACHED_COPY.parent.mkdir(parents=True, exist_ok=True)
+      partial = CACHED_COPY.with_suffix(".part")
+      partial.write_bytes(data)
+      partial.replace(CACHED_COPY)   # atomic: a broken download never looks like the file
+      return Text(data.decode("utf-8"), f"Tiny Shakespeare (downloaded to {CACHED_COPY})")
+    except (OSError, ValueError) as error: reason += f"; download failed: {str(error).splitlines()[0][:120]}"
+  print(f"Tiny Shakespeare not available ({reason}); training on the built-in sample text instead")
+  return Text(SAMPLE_TEXT * 8, "built-in sample text")
+
+
+def random_batch(tokens: np.ndarray, batch_size: int, context: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+  """batch_size random windows of context tokens (inputs) and the same windows one token later (targets)."""
+  if len(tokens) <= context: raise ValueError(f"the text has {len(tokens)} tokens: need more than --context={context}")
+  starts = rng.integers(0, len(tokens) - context, batch_size)
+  windows = np.stack([tokens[s:s + context + 1] for s in starts])
+  return windows[:, :-1].copy(), windows[:, 1:].copy()
+
+
+# ---------------------------------------------------------------- model
+
+@dataclass(frozen=True)
+class GPTConfig:
+  vocab_size: int
+  context: int = 64      # the most positions the model sees (and the size of the KV-cache)
+  layers: int = 4
+  heads: int = 4
+  width: int = 128
+
+  def __post_init__(self) -> None:
+    for name in ("vocab_size", "context", "layers", "heads", "width"):
+      if getattr(self, name) < 1: raise ValueError(f"GPTConfig: {name} must be positive, got {getattr(self, name)}")
+    if self.width % self.heads: raise ValueError(f"GPTConfig: width {self.width} must be a multiple of heads {self.heads}")
+
+
+def _normal(rng: np.random.Generator, shape: tuple[int, ...], std: float) -> Tensor:
+  return Tensor((rng.standard_normal(shape) * std).astype(np.float32), requires_grad=True)
+
+
+def _zeros(shape: tuple[int, ...]) -> Tensor: return Tensor(np.zeros(shape, np.float32), requires_grad=True)
+
+
+def _linear(rng: np.random.Generator, fan_in: int, fan_out: int, std: float = 0.02) -> nn.Linear:
+  """A Linear with GPT-2's initialization: weights ~ N(0, std), bias 0."""
+  layer = nn.Linear(fan_in, fan_out)
+  layer.weight, layer.bias = _normal(rng, (fan_out, fan_in), std), _zeros((fan_out,))
+  return layer
+
+
+class Block:
+  """x + attention(LayerNorm(x)), then x + MLP(LayerNorm(x)). `__call__` sees the whole sequence; `prefill` also
+  writes its keys and values into a cache; `decode` handles one new token against the cache."""
+  def __init__(self, config: GPTConfig, rng: np.random.Generator):
+    self.heads, self.head_size = config.heads, config.width // config.heads
+    residual_std = 0.02 / math.sqrt(2 * config.layers)   # GPT-2: residual projections scaled by depth
+    self.norm1, self.norm2 = nn.LayerNorm(config.width), nn.LayerNorm(config.width)
+    self.qkv, self.proj = _linear(rng, config.width, 3 * config.width), _linear(rng, config.width, config.width, residual_std)
+    self.up, self.down = _linear(rng, config.width, 4 * config.width), _linear(rng, 4 * config.width, config.width, residual_std)
+
+  def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    batch, length, _ = x.shape
+    q, k, v = self.qkv(self.norm1(x)).reshape(batch, length, 3, self.heads, self.head_size).permute(2, 0, 3, 1, 4)
+    return q, k, v   # each (batch, heads, length, head_size)
+
+  def _finish(self, x: Tensor, attended: Tensor) -> Tensor:
+    batch, _, length, _ = attended.shape
+    x = x + self.proj(attended.permute(0, 2, 1, 3).reshape(batch, length, self.heads * self.head_size))
+    return x + self.down(self.up(self.norm2(x)).gelu())
+
+  def __call__(self, x: Tensor) -> Tensor:
+    q, k, v = self._qkv(x)
+    return self._finish(x, q.scaled_dot_product_attention(k, v, is_causal=True))
+
+  def prefill(self, x: Tensor, cache: KVCache) -> Tensor:
+    """The whole-sequence forward of x (batch, context, width); its keys and values become the cache."""
+    q, k, v = self._qkv(x)
+    cache.keys.assign(k.contiguous())
+    cache.values.assign(v.contiguous())
+    return self._finish(x, q.scaled_dot_product_attention(k, v, is_causal=True))
+
+  def decode(self, x: Tensor, cache: KVCache, write_row: Tensor, visible: Tensor) -> Tensor:
+    """One token x (batch, 1, width) at the position where write_row (context, 1) is True; it attends to the cache
+    rows where visible (1, context) is True (those <= its position)."""
+    q, k, v = self._qkv(x)
+    cache.keys.assign(write_row.where(k, cache.keys))      # k (batch, heads, 1, size) broadcast over the rows
+    cache.values.assign(write_row.where(v, cache.values))
+    return self._finish(x, q.scaled_dot_product_attention(cache.keys, cache.values, attn_mask=visible))
+
+
+@dataclass
+class KVCache:
+  """One block's keys and values, (batch, heads, context, head_size) each; rows past the position are garbage."""
+  keys: Tensor
+  values: Tensor
+
+
+class GPT:
+  def __init__(self, config: GPTConfig, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    self.config = config
+    self.token_embedding = nn.Embedding(config.vocab_size, config.width)
+    self.token_embedding.weight = _normal(rng, (config.vocab_size, config.width), 0.02)
+    self.position_embedding = nn.Embedding(config.context, config.width)
+    self.position_embedding.weight = _normal(rng, (config.context, config.width), 0.02)
+    self.blocks = [Block(config, rng) for _ in range(config.layers)]
+    self.norm = nn.LayerNorm(config.width)
+
+  def _logits(self, x: Tensor) -> Tensor:
+    return self.norm(x) @ self.token_embedding.weight.T   # weight tying: the output layer is the token embedding
+
+  def _check_tokens(self, tokens: Tensor) -> None:
+    if tokens.ndim != 2 or not 1 <= tokens.shape[1] <= self.config.context:
+      raise ValueError(f"GPT: tokens must be (batch, length) with 1 <= length <= context={self.config.context}, got shape {tokens.shape}")
+
+  def __call__(self, tokens: Tensor) -> Tensor:
+    """tokens (batch, length) -> logits (batch, length, vocab_size), each position seeing itself and those before."""
+    self._check_tokens(tokens)
+    x = self.token_embedding(tokens) + self.position_embedding(Tensor.arange(tokens.shape[1]))
+    for block in self.blocks: x = block(x)
+    return self._logits(x)
+
+  # ---- generation with a KV-cache
+  def new_caches(self, batch: int = 1) -> list[KVCache]:
+    shape = (batch, self.config.heads, self.config.context, self.config.width // self.config.heads)
+    return [KVCache(Tensor.zeros(*shape).contiguous().realize(), Tensor.zeros(*shape).contiguous().realize()) for _ in self.blocks]
+
+  def prefill(self, tokens: Tensor, length: Tensor, caches: list[KVCache]) -> Tensor:
+    """The forward of a prompt padded to the context, tokens (batch, context), whose first `length` (a 1-element int
+    tensor) are real; it fills the caches (the rows past the prompt are overwritten by the later tokens before they
+    are visible). Logits of position length-1 (batch, vocab). One kernel set serves every prompt length."""
+    if tokens.shape[1] != self.config.context:
+      raise ValueError(f"GPT.prefill: tokens must be (batch, context={self.config.context}), padded; got shape {tokens.shape}")
+    x = self.token_embedding(tokens) + self.position_embedding.weight
+    for block, cache in zip(self.blocks, caches): x = block.prefill(x, cache)
+    last = Tensor.arange(self.config.context).eq(length - 1).reshape(1, -1, 1)
+    return self._logits(last.where(x, 0.0).sum(1))
+
+  def decode(self, token: Tensor, position: Tensor, caches: list[KVCache]) -> Tensor:
+    """token (batch, 1) at position (a 1-element int tensor) -> its logits (batch, vocab); the caches gain its row."""
+    rows = Tensor.arange(self.config.context)
+    write_row, visible = rows.eq(position).reshape(-1, 1), (rows <= position).reshape(1, -1)
+    x = self.token_embedding(token) + self.position_embedding(position.reshape(1, 1))
+    for block, cache in zip(self.blocks, caches): x = block.decode(x, cache, write_row, visible)
+    return self._logits(x).reshape(token.shape[0], -1)
+
+
+class Generator:
+  """Samples from a GPT, batch 1: the prompt in one pass, then one token per step against the KV-caches. Both run
+  under TinyJit with fixed shapes (the prompt padded to the context, positions as data), so after the first few
+  tokens they only replay kernels."""
+  def __init__(self, model: GPT):
+    self.model, self.caches = model, model.new_caches(1)
+    self.prefill_step = TinyJit(lambda tokens, length: model.prefill(tokens, length, self.caches).realize())
+    self.decode_step = TinyJit(lambda token, position: model.decode(token, position, self.caches).realize())
+    self.kernel_counts: list[int] = []   # len(compiled_kernels) after each generated token
+    self.token_times: list[float] = []   # time.perf_counter() when each token was sampled
+
+  def prefill(self, prompt: Sequence[int]) -> np.ndarray:
+    """Fill the caches with a prompt of 1..context tokens; the logits after its last token (vocab,)."""
+    context = self.model.config.context
+    if not 1 <= len(prompt) <= context: raise ValueError(f"prefill: the prompt must have 1 to {context} tokens, got {len(prompt)}")
+    padded = np.zeros((1, context), np.int32)
+    padded[0, :len(prompt)] = prompt
+    return self.prefill_step(Tensor(padded), Tensor(np.array([len(prompt)], np.int32))).numpy()[0]
+
+  def decode(self, token: int, position: int) -> np.ndarray:
+    """Process `token` at `position` (the caches hold the tokens before it); its logits (vocab,)."""
+    return self.decode_step(Tensor(np.array([[token]], np.int32)), Tensor(np.array([position], np.int32))).numpy()[0]
+
+  def logits_for(self, tokens: Sequence[int], prompt_length: int = 1) -> list[np.ndarray]:
+    """The logits after each token from the prompt's last on: the prompt in one prefill, the rest one decode step
+    each. The tests compare them with the no-cache forward."""
+    out = [self.prefill(tokens[:prompt_length])]
+    for position in range(prompt_length, len(tokens)): out.append(self.decode(tokens[position], position))
+    return out
+
+  def generate(self, prompt: Sequence[int], count: int, temperature: float = 1.0, top_k: int | None = None,
+               seed: int = 0, progress: bool = False) -> list[int]:
+    """`count` new tokens after `prompt` (a nonempty list of token ids), sampled with numpy's seeded generator."""
+    if not prompt: raise ValueError("generate: the prompt must have at least one token")
+    rng, context = np.random.default_rng(seed), self.model.config.context
+    tokens = list(prompt)
+    logits = self.prefill(tokens[-context:])
+    position = min(len(tokens), context)
+    for index in tqdm(range(count), desc="generating", unit="token", disable=not progress, leave=False):
+      tokens.append(sample(logits, temperature, top_k, rng))
+      self.token_times.append(time.perf_counter())
+      self.kernel_counts.append(len(realize.compiled_kernels))
+      if DEBUG >= 1: print(f"token {index + 1}/{count}: {self.kernel_counts[-1]} compiled kernels")
+      if index == count - 1: break
+      if position == context:   # the cache is full: the last half of the context becomes a new prompt
+        window = tokens[-(context // 2 + 1):]
+        logits, position = self.prefill(window), len(window)
+      else:
+        logits = self.decode(tokens[-1], position)
+        position += 1
+    return tokens[len(prompt):]
+
+
+def sample(logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator) -> int:
+  """One token id from logits (vocab,): argmax at temperature 0, else softmax(logits / temperature) over the top_k."""
+  if temperature == 0: return int(np.argmax(logits))
+  scaled = logits.astype(np.float64) / temperature
+  if top_k is not None and top_k < len(scaled): scaled[scaled < np.sort(scaled)[-top_k]] = -np.inf
+  probabilities = np.exp(scaled - scaled.max())
+  return int(rng.choice(len(scaled), p=probabilities / probabilities.sum()))
+
+
+# ---------------------------------------------------------------- training
+
+def make_optimizer(model: GPT, lr: float, weight_decay: float = 0.1) -> nn.optim.Optimizer:
+  return nn.optim.AdamW(get_parameters(model), lr=lr, betas=(0.9, 0.99), weight_decay=weight_decay)
+
+
+def loss_of(model: GPT, inputs: Tensor, targets: Tensor) -> Tensor:
+  logits = model(inputs)
+  return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def make_train_step(model: GPT, optimizer: nn.optim.Optimizer, jit: bool = True):
+  """step(inputs, targets) -> the batch's loss before the update; TinyJit replays its kernels from the third call on."""
+  def step(inputs: Tensor, targets: Tensor) -> Tensor:
+    with Tensor.train():
+      loss = loss_of(model, inputs, targets)
+      optimizer.zero_grad()
+      loss.backward()
+      Tensor.realize(loss, *[p.grad for p in optimizer.params if p.grad is not None])   # one schedule for forward and backward
+      optimizer.step()
+    return loss
+  return TinyJit(step) if jit else step
+
+
+def evaluate(model: GPT, tokens: np.ndarray, batch_size: int, context: int, batches: int, seed: int = 1234) -> float:
+  """Mean loss over `batches` random windows of `tokens` (the same windows at every call), without gradients."""
+  rng = np.random.default_rng(seed)
+  with Tensor.no_grad():
+    losses = [loss_of(model, *(Tensor(a) for a in random_batch(tokens, batch_size, context, rng))).item() for _ in range(batches)]
+  return float(np.mean(losses))
+
+
+@dataclass
+class RunResult:
+  text: Text
+  model: GPT
+  train_losses: list[float] = field(default_factory=list)
+  val_losses: list[tuple[int, float]] = field(default_factory=list)   # (iteration, loss)
+  train_seconds: float = 0.0
+  sample: str = ""
+  tokens_per_second: float = 0.0
+  kernel_counts: list[int] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- command line
+
+def positive_int(text: str) -> int:
+  value = int(text)
+  if value < 1: raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+  return value
+
+
+def non_negative_int(text: str) -> int:
+  value = int(text)
+  if value < 0: raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+  return value
+
+
+def non_negative_float(text: str) -> float:
+  value = float(text)
+  if not value >= 0: raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+  return value
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--data", default=None, metavar="FILE", help="train on this text file (default: Tiny Shakespeare, see above)")
+  parser.add_argument("--iters", type=non_negative_int, default=2000, help="training iterations (default 2000; 0 with --resume to only sample)")
+  parser.add_argument("--batch-size", type=positive_int, default=12, help="windows per batch (default 12)")
+  parser.add_argument("--context", type=positive_int, default=64, help="tokens per window, and the KV-cache size (default 64)")
+  parser.add_argument("--layers", type=positive_int, default=4, help="transformer blocks (default 4)")
+  parser.add_argument("--heads", type=positive_int, default=4, help="attention heads (default 4)")
+  parser.add_argument("--width", type=positive_int, default=128, help="embedding width (default 128)")
+  parser.add_argument("--lr", type=non_negative_float, default=1e-3, help="AdamW learning rate (default 1e-3)")
+  parser.add_argument("--weight-decay", type=non_negative_float, default=0.1, help="AdamW weight decay (default 0.1)")
+  parser.add_argument("--eval-interval", type=positive_int, default=250, help="iterations between validation losses (default 250)")
+  parser.add_argument("--eval-batches", type=positive_int, default=20, help="batches per validation loss (default 20)")
+  parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights, the batches and the sampling (default 0)")
+  parser.add_argument("--checkpoint", default="gpt.safetensors", metavar="PATH", help="save the trained model here ('' to skip; default gpt.safetensors)")
+  parser.add_argument("--resume", default=None, metavar="PATH", help="start from a checkpoint this example saved (its sizes and vocabulary win)")
+  parser.add_argument("--generate", "--sample-tokens", dest="generate", type=non_negative_int, default=200, metavar="N",
+                      help="characters to sample after training (default 200; 0 for none)")
+  parser.add_argument("--prompt", default="\n", help="text the sample starts from (default a newline)")
+  parser.add_argument("--temperature", type=non_negative_float, default=1.0, help="sampling temperature, 0 for the most likely token (default 1)")
+  parser.add_argument("--top-k", type=positive_int, default=None, help="sample among the k most likely tokens only")
+  parser.add_argument("--plot", default=None, metavar="PATH.png", help="save the loss curves (needs matplotlib)")
+  parser.add_argument("--no-download", action="store_true", help="never download the text")
+  args = parser.parse_args(argv)
+  if args.width % args.heads: parser.error(f"--width {args.width} must be a multiple of --heads {args.heads}")
+  if args.resume and not pathlib.Path(args.resume).is_file(): parser.error(f"--resume: no such file {args.resume}")
+  if args.iters == 0 and not args.resume: print("note: --iters 0 without --resume samples from an untrained model")
+  return args
+
+
+def load_checkpoint(path: str) -> tuple[GPT, str]:
+  """A model and its vocabulary from a checkpoint written by save_checkpoint."""
+  metadata = safe_metadata(path)
+  if "gpt_config" not in metadata: raise ValueError(f"{path} is not a checkpoint of examples/gpt.py (no gpt_config in its metadata)")
+  model = GPT(GPTConfig(**json.loads(metadata["gpt_config"])))
+  load_state_dict(model, safe_load(path))
+  return model, json.loads(metadata["vocabulary"])
+
+
+def save_checkpoint(model: GPT, text: Text, path: str, extra: dict[str, str]) -> None:
+  pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+  safe_save(get_state_dict(model), path, {"model": "gpt", "gpt_config": json.dumps(asdict(model.config)),
+                                          "vocabulary": json.dumps(text.chars), "dataset": text.source, **extra})
+
+
+def run(argv: Sequence[str] | None = None) -> RunResult:
+  args = parse_args(argv)
+  if args.plot and not _matplotlib_available():
+    print("--plot: matplotlib is not installed (pip install matplotlib); no plot will be written")
+    args.plot = None
+  Tensor.manual_seed(args.seed)
+  text = load_text(args.data, download=not args.no_download)
+  if args.resume:
+    model, chars = load_checkpoint(args.resume)
+    text = Text(text.text, text.source, chars)
+    print(f"resumed {args.resume}: {model.config}")
+  else: model = GPT(GPTConfig(len(text.chars), args.context, args.layers, args.heads, args.width), seed=args.seed)
+  config = model.config
+  tokens = text.encode(text.text)
+  split = int(len(tokens) * 0.9)
+  train_tokens, val_tokens = tokens[:split], tokens[split:]
+  parameters = sum(math.prod(p.shape) for p in get_parameters(model))
+  print(f"gpt: {text.source}: {len(train_tokens):,} training / {len(val_tokens):,} validation characters, vocabulary {config.vocab_size}; "
+        f"{config.layers} layers, {config.heads} heads, width {config.width}, context {config.context}: {parameters:,} parameters; "
+        f"device {Device.DEFAULT}")
+  result = RunResult(text, model)
+
+  if args.iters:
+    eval_context = min(config.context, len(val_tokens) - 1)
+    optimizer = make_optimizer(model, args.lr, args.weight_decay)
+    step, rng = make_train_step(model, optimizer), np.random.default_rng(args.seed)
+    started = time.perf_counter()
+    with tqdm(range(1, args.iters + 1), desc="training", unit="iter", dynamic_ncols=True,
+              mininterval=0.1 if sys.stderr.isatty() else 10.0) as bar:
+      for iteration in bar:
+        inputs, targets = random_batch(train_tokens, args.batch_size, config.context, rng)
+        result.train_losses.append(float(step(Tensor(inputs), Tensor(targets)).item()))
+        bar.set_postfix(loss=f"{result.train_losses[-1]:.4f}", refresh=False)
+        if iteration % args.eval_interval == 0 or iteration == args.iters:
+          result.val_losses.append((iteration, evaluate(model, val_tokens, args.batch_size, eval_context, args.eval_batches)))
+          recent = float(np.mean(result.train_losses[-args.eval_interval:]))
+          tqdm.write(f"iter {iteration}: train loss {recent:.4f}, val loss {result.val_losses[-1][1]:.4f} "
+                     f"({time.perf_counter() - started:.1f} s)")
+    result.train_seconds = time.perf_counter() - started
+    print(f"trained {args.iters} iterations of batch {args.batch_size} in {result.train_seconds:.1f} s: "
+          f"loss {result.train_losses[0]:.4f} -> val {result.val_losses[-1][1]:.4f}")
+    if args.checkpoint:
+      save_checkpoint(model, text, args.checkpoint, {"val_loss": f"{result.val_losses[-1][1]:.4f}", "iterations": str(args.iters)})
+      print(f"saved {args.checkpoint}")
+    if args.plot: plot_losses(result, args.plot)
+
+  if args.generate:
+    generator = Generator(model)
+    prompt = list(text.encode(args.prompt)) or [0]
+    started = time.perf_counter()
+    new_tokens = generator.generate(prompt, args.generate, args.temperature, args.top_k, args.seed, progress=True)
+    times, counts = generator.token_times, generator.kernel_counts
+    result.sample, result.kernel_counts = text.decode(new_tokens), counts
+    print(f"--- sample ({len(new_tokens)} characters, temperature {args.temperature}, top-k {args.top_k}, seed {args.seed}) ---")
+    print(args.prompt + result.sample)
+    line = f"--- first token after {times[0] - started:.2f} s (compiling included)"
+    if len(times) > 4:   # the decode step is captured by its second call: time the tokens after the third
+      result.tokens_per_second = (len(times) - 3) / (times[-1] - times[2])
+      line += f"; then {result.tokens_per_second:.0f} tokens/s"
+    print(f"{line}; compiled kernels: {counts[0]} after the first token, {counts[min(2, len(counts) - 1)]} after the third, "
+          f"{counts[-1]} after the last")
+  return result
+
+
+def _matplotlib_available() -> bool:
+  try: import matplotlib  # noqa: F401
+  except ImportError: return False
+  return True
+
+
+def plot_losses(result: RunResult, path: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  figure, axes = plt.subplots(figsize=(6, 4))
+  axes.plot(range(1, len(result.train_losses) + 1), result.train_losses, alpha=0.5, label="train (per batch)")
+  axes.plot(*zip(*result.val_losses), marker="o", label="validation")
+  axes.set(xlabel="iteration", ylabel="cross-entropy", title=f"gpt on {result.text.source}")
+  axes.legend()
+  figure.tight_layout()
+  pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+  figure.savefig(path, dpi=100)
+  plt.close(figure)
+  print(f"saved the curves to {path}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  try: run(argv)
+  except (ValueError, FileNotFoundError) as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__": sys.exit(main())
