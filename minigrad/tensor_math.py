@@ -72,6 +72,9 @@ class MathMixin(UnaryMixin):
 
   def _broadcasted(self, other: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
     """self and other cast to their result dtype (torch's promotion) and expanded to one shape."""
+    if type(other) is type(self):   # two tensors of one dtype, shape and device: nothing to do (most ops of a step)
+      a, b = self.uop, other.uop
+      if a.dtype is b.dtype and a.shape == b.shape and a.device == b.device: return (other, self) if reverse else (self, other)
     if isinstance(other, MathMixin):
       if other.device != self.device: raise RuntimeError(f"tensors on different devices: {self.device} and {other.device}")
       dt = result_type(_operand(self), _operand(other))
