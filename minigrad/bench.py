@@ -425,6 +425,18 @@ def bench_small(rng: np.random.Generator, runs: int) -> Rates:
           for lib in next(iter(small_cases.values()))}
 
 
+def bench_sort(rng: np.random.Generator, runs: int) -> Rates:
+  """Stable ascending sort of 1M float32 (values), M elements/s; numpy's np.sort (its default, unstable quicksort:
+  what the issue compares with) and torch.sort(stable=True)."""
+  x = rng.standard_normal(1 << 20).astype(np.float32)
+  tx = Tensor(x).realize()
+  runners: Runners = {**minigrad_runners(lambda: tx.sort().values), "numpy": lambda: np.sort(x)}
+  if torch := _torch():
+    xt = torch.from_numpy(x)
+    runners["torch"] = lambda: torch.sort(xt, stable=True)
+  return _rates(runners, x.size * 1e3, "Melem/s", runs)
+
+
 small_cases: dict[str, dict[str, float]] = {}   # the last bench_small: case -> library -> seconds per call
 
 
@@ -434,7 +446,8 @@ BENCHMARKS = {"matmul": ("matmul 1024x1024 f32", bench_matmul), "elementwise": (
               "attention": ("causal attention B8 H8 T256 D64, forward", bench_attention),
               "mlp": ("MLP 784-256-128-10 train step, batch 128, Adam", bench_mlp),
               "gpt": ("GPT (2 blocks, width 128) T64 B16 train step", bench_gpt),
-              "small": ("small ops, plain calls (geometric mean of 5)", bench_small)}
+              "small": ("small ops, plain calls (geometric mean of 5)", bench_small),
+              "sort": ("sort 1M f32, stable", bench_sort)}
 
 
 def main(argv: list[str] | None = None) -> None:
