@@ -1,0 +1,302 @@
+"""Gradients and parameters across ranks: bucketed gradient allreduce (TinyJit replays it) and parameter broadcast.
+
+Input: parameter Tensors (their `.grad` filled by backward()) and the Communicator of minigrad/distributed/comm.py.
+Output: `allreduce_gradients` leaves every `.grad` holding the mean (or sum) over the ranks, as a view of a few large
+flat buckets; `broadcast_parameters` gives every rank root's values after checking that all ranks hold the same
+shapes and dtypes.
+
+How an allreduce runs
+  * The gradients are realized as plain buffers; grouped by (device, dtype) in parameter order, they are cut into
+    buckets of at most `bucket_mb` MB (one tensor is never split). Each bucket is one new flat BUFFER.
+  * One host launch (`AllreduceLaunch`, a CompiledKernel whose program is Python) copies each gradient into its
+    bucket and runs one MPI sum-allreduce per bucket (in place, watched by the Communicator's timeout). On CPU and LLVM the gradients are read and the buckets reduced in place in minigrad's
+    own memory (numpy views of the buffer addresses): the only copy is the packing; on other devices the buckets
+    go through host memory.
+  * Each `.grad` becomes a view (shrink + reshape) of its bucket, times 1/world size for "mean": movement ops are
+    free and the scaling fuses into the optimizer's kernels, which read the reduced values straight from the buckets.
+
+TinyJit: the host launch goes through realize.launch and is recorded like a kernel (realize.launch_recorder), so
+a captured training step (forward, backward, allreduce_gradients, optimizer.step) replays the allreduce at the same
+place each call, on that call's buffers. Its launch object is the same for the same gradient layout (kept in
+`_launches`, a documented cache), as a captured kernel's must be. On CPU and LLVM the replay stays one call into
+the thread pool: the launch is a ctypes callback with a kernel's entry signature (see AllreduceLaunch).
+
+All ranks must call these functions in the same order, with gradients for the same parameters: the first allreduce
+of a layout checks that the ranks agree (one allgather) and raises naming the rank that differs.
+"""
+from __future__ import annotations
+from typing import Any, Iterable, Mapping, Sequence
+import ctypes
+import os
+import sys
+import time
+import traceback
+import numpy as np
+from minigrad.dtype import DType, dtypes, to_numpy
+from minigrad.tensor import Tensor
+from minigrad.uop.ops import UOp, Ops
+from minigrad.schedule.scheduler import buffer_view
+from minigrad.runtime.device import Buffer, Device
+from minigrad.runtime.ops_cpu import CPUAllocator
+from minigrad.engine import realize
+from minigrad.engine.realize import CompiledKernel, buffer_of
+from minigrad.distributed.comm import CommCounters, Communicator, DistributedError, communicator
+
+DEFAULT_BUCKET_MB = 25.0
+REDUCIBLE = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64)
+
+
+# ---------------------------------------------------------------- host views of minigrad buffers
+
+def host_view(buffer: Buffer) -> np.ndarray | None:
+  """A 1-D numpy array sharing `buffer`'s memory (CPU and LLVM keep buffers in host memory), else None."""
+  buffer.allocate()
+  if not isinstance(Device[buffer.device].allocator, CPUAllocator) or not isinstance(buffer.opaque, int): return None
+  if buffer.nbytes == 0: return np.empty(0, dtype=to_numpy(buffer.dtype))
+  raw = (ctypes.c_uint8 * buffer.nbytes).from_address(buffer.opaque)
+  return np.frombuffer(raw, dtype=to_numpy(buffer.dtype))
+
+
+def _plain_buffer(t: Tensor) -> UOp | None:
+  """The BUFFER node a tensor reads as one contiguous array of the buffer's own size, else None."""
+  u, base = t.uop, t.uop.base
+  if base.op is not Ops.BUFFER or u.size != base.size: return None
+  return base if u is base or u.arg.contiguous else None
+
+
+def realized_buffers(tensors: Sequence[Tensor], realize_with: Sequence[Tensor] = ()) -> list[UOp]:
+  """The plain BUFFER node of each tensor, realizing them first (in one schedule with `realize_with`; a view that
+  isn't one becomes a contiguous copy)."""
+  with Tensor.no_grad():
+    pending = [t for t in list(tensors) + list(realize_with) if t.uop.base.op is not Ops.BUFFER]
+    if pending: Tensor.realize(*pending)
+    ready = [t if _plain_buffer(t) is not None else t.contiguous().realize() for t in tensors]
+  nodes = [_plain_buffer(t) for t in ready]
+  if any(n is None for n in nodes): raise RuntimeError("internal error: a realized contiguous tensor is not a plain buffer")
+  return nodes   # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- bucketing
+
+Layout = tuple[tuple[tuple[int, ...], DType, str], ...]   # per gradient: shape, dtype, device
+
+
+def plan_buckets(layout: Layout, bucket_bytes: int) -> list[list[int]]:
+  """Indices of the gradients in each bucket: grouped by (device, dtype), in order, a new bucket when the next
+  gradient would pass bucket_bytes (a gradient larger than that is a bucket of its own)."""
+  buckets: list[list[int]] = []
+  open_bucket: dict[tuple[str, DType], tuple[list[int], int]] = {}
+  for i, (shape, dtype, device) in enumerate(layout):
+    key, nbytes = (device, dtype), int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    members, used = open_bucket.get(key, (None, 0))
+    if members is None or used + nbytes > bucket_bytes:
+      members, used = [], 0
+      buckets.append(members)
+    members.append(i)
+    open_bucket[key] = (members, used + nbytes)
+  return buckets
+
+
+class _HostKernelInfo:
+  """What TinyJit, DEBUG and VIZ read from a CompiledKernel's `kernel` (normally a codegen Kernel)."""
+  def __init__(self, ast: UOp, size: int):
+    self.ast, self.full_shape, self.reduce_axes, self.axis_kinds, self.applied_opts = ast, (size,), [], (), []
+
+
+_POOL_ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)   # a CPU kernel's entry (minigrad/runtime/cpu_pool.c)
+
+
+def _array_at(address: int, size: int, dtype: DType) -> np.ndarray:
+  """`size` elements of `dtype` at a host address, as a numpy array sharing that memory."""
+  if size == 0: return np.empty(0, dtype=to_numpy(dtype))
+  return np.frombuffer((ctypes.c_uint8 * (size * dtype.itemsize)).from_address(address), dtype=to_numpy(dtype))
+
+
+class AllreduceLaunch(CompiledKernel):
+  """A host launch that allreduces gradients into buckets: buffers = (bucket 0..k-1, gradient 0..n-1).
+
+  Run alone (eager steps, DEBUG, devices without host memory) it is called like any CompiledKernel. In a TinyJit
+  replay on CPU or LLVM it is also an entry of the thread pool's launch list: `pool_launch` gives the pool a ctypes
+  callback with a kernel's entry signature, `void entry(void *const *bufs, int start, int end)`, so the whole step
+  still runs as one call into the pool, which calls back into Python (taking the GIL) for the allreduce between the
+  backward and the optimizer kernels. An error there can't travel back through C: it is printed, naming the rank,
+  and the job is aborted, as an uncaught error is (the replay must not go on with unreduced gradients)."""
+  def __init__(self, layout: Layout, buckets: list[list[int]], op: str, comm: Communicator):
+    self.layout, self.buckets, self.op, self.comm = layout, buckets, op, comm
+    self.sizes = [int(np.prod(shape, dtype=np.int64)) for shape, _, _ in layout]
+    self.bucket_sizes = [sum(self.sizes[i] for i in members) for members in buckets]
+    self.bucket_dtypes = [layout[members[0]][1] for members in buckets]
+    # an AST of its own for this layout (UOps are hash-consed: the same layout gives the same node); its sources
+    # count the outputs, the buckets, which is all TinyJit reads from it
+    outputs = tuple(UOp(Ops.CONST, dtype, (), 0.0 if dtypes.is_float(dtype) else 0) for dtype in self.bucket_dtypes)
+    ast = UOp(Ops.SINK, dtypes.void, outputs, ("mpi_allreduce", op, id(comm), layout, tuple(map(tuple, buckets))))
+    name = f"mpi_allreduce_{op}_{len(buckets)}b_{sum(self.bucket_sizes)}"
+    self.what = f"allreduce of {len(layout)} gradients in {len(buckets)} bucket{'s' if len(buckets) > 1 else ''}"
+    self._entry: Any = None
+    super().__init__(name=name, device=layout[0][2], source=f"# host: MPI {self.what} ({op})", uops=[],
+                     kernel=_HostKernelInfo(ast, sum(self.bucket_sizes)), program=None, flops=0, outer_loop=None,
+                     buffer_args=list(range(len(buckets) + len(layout))))
+
+  def _reduce(self, buckets: list[np.ndarray], grads: list[np.ndarray | Buffer]) -> None:
+    """Pack the gradients (numpy views, or Buffers to copy out) into the buckets, then allreduce the buckets."""
+    start = time.perf_counter()
+    for flat, members in zip(buckets, self.buckets):
+      offset = 0
+      for i in members:
+        flat[offset:offset + self.sizes[i]] = grads[i] if isinstance(grads[i], np.ndarray) else grads[i].numpy()   # type: ignore[union-attr]
+        offset += self.sizes[i]
+    packed = time.perf_counter()
+    CommCounters.seconds += packed - start
+    CommCounters.pack_seconds += packed - start
+    self.comm.allreduce_(buckets, "sum", self.what)   # a mean's 1/size is applied lazily to the gradient views
+
+  def __call__(self, buffers: list[Buffer], wait: bool = False) -> float | None:
+    start = time.perf_counter()
+    buckets, grads = buffers[:len(self.buckets)], buffers[len(self.buckets):]
+    views = [host_view(b) for b in buckets]
+    flats = [v if v is not None else np.empty(b.size, dtype=to_numpy(b.dtype)) for v, b in zip(views, buckets)]
+    self._reduce(flats, [v if (v := host_view(g)) is not None else g for g in grads])
+    for view, flat, bucket in zip(views, flats, buckets):
+      if view is None: bucket.copyin(flat)
+    return time.perf_counter() - start if wait else None
+
+  def pool_launch(self, buffers: list[Buffer]) -> tuple | None:
+    """This launch as an entry of the CPU thread pool's list (host memory only; else None: run alone)."""
+    if not all(host_view(b) is not None for b in buffers): return None
+    if self._entry is None: self._entry = _POOL_ENTRY(self._pool_entry)   # kept alive with the launch (in `_launches`)
+    return (ctypes.cast(self._entry, ctypes.c_void_p).value, [b.opaque for b in buffers], 0, 1)
+
+  def _pool_entry(self, addresses: int, start: int, end: int) -> None:
+    try:
+      pointers = ctypes.cast(addresses, ctypes.POINTER(ctypes.c_void_p))
+      buckets = [_array_at(pointers[k], size, dtype) for k, (size, dtype) in enumerate(zip(self.bucket_sizes, self.bucket_dtypes))]
+      grads = [_array_at(pointers[len(self.buckets) + i], size, dtype) for i, (size, (_, dtype, _)) in enumerate(zip(self.sizes, self.layout))]
+      self._reduce(buckets, grads)   # type: ignore[arg-type]
+    except BaseException as error:   # noqa: BLE001 - nothing may pass back through the C thread pool
+      rank, size = getattr(self.comm, "rank", 0), getattr(self.comm, "size", 1)
+      sys.stderr.write("".join(traceback.format_exception(type(error), error, error.__traceback__)) +
+                       f"minigrad.distributed: rank {rank} of {size}: the {self.what} of a TinyJit replay failed "
+                       f"({type(error).__name__}: {error}); aborting all ranks\n")
+      sys.stderr.flush()
+      abort = getattr(self.comm, "abort", None)
+      if abort is not None: abort(1)
+      os._exit(1)
+
+
+_launches: dict[tuple, AllreduceLaunch] = {}   # (layout, op, bucket bytes, communicator) -> its launch, made once
+_agreed: set[tuple] = set()                    # layouts whose agreement across ranks was checked
+
+
+def dtype_name(dtype: DType) -> str:
+  """numpy's name of a dtype ("float32"), as errors across ranks print it."""
+  return "bfloat16" if dtype == dtypes.bfloat16 else to_numpy(dtype).name
+
+
+def _check_same_layout(comm: Communicator, layout: Layout, op: str, what: str) -> None:
+  """One allgather: every rank must reduce gradients of the same shapes and dtypes, with the same op."""
+  mine = (op, [(shape, dtype_name(dtype)) for shape, dtype, _ in layout])
+  everyone = comm.allgather_object(mine, f"{what}: checking that the ranks agree on the gradients")
+  for rank, theirs in enumerate(everyone):
+    if theirs == everyone[0]: continue
+    if theirs[0] != everyone[0][0]: raise DistributedError(f"{what}: rank {rank} reduces with op={theirs[0]!r} but rank 0 with op={everyone[0][0]!r}")
+    a, b = everyone[0][1], theirs[1]
+    if len(a) != len(b):
+      raise DistributedError(f"{what}: rank 0 has gradients for {len(a)} parameters but rank {rank} for {len(b)}: every rank must "
+                             "compute gradients for the same parameters (a parameter unused on one rank? give it a zero gradient)")
+    k = next(k for k, (x, y) in enumerate(zip(a, b)) if x != y)
+    raise DistributedError(f"{what}: gradient {k} is {a[k][0]} {a[k][1]} on rank 0 but {b[k][0]} {b[k][1]} on rank {rank}")
+
+
+def allreduce_gradients(params: Iterable[Tensor], op: str = "mean", bucket_mb: float = DEFAULT_BUCKET_MB,
+                        realize_with: Sequence[Tensor] = (), comm: Communicator | None = None) -> None:
+  """Reduce the `.grad` of every parameter across ranks (op "mean", the default, or "sum"), in place of .grad.
+  Call it between backward() and optimizer.step(); inside a TinyJit step it is replayed every call. Parameters
+  without a gradient are skipped (on every rank alike). At world size 1 it only realizes the gradients (with
+  realize_with).
+  realize_with: tensors to compute in the same schedule as the gradients, e.g. the loss (read after the step, it
+  would otherwise run the forward pass again)."""
+  if op not in ("mean", "sum"): raise ValueError(f"allreduce_gradients: op must be 'mean' or 'sum', got {op!r}")
+  if bucket_mb <= 0: raise ValueError(f"allreduce_gradients: bucket_mb must be positive, got {bucket_mb}")
+  comm = comm if comm is not None else communicator()
+  params = [p for p in params if isinstance(p, Tensor) and p.grad is not None]
+  if comm is None or not params:   # nothing to reduce: still compute the gradients with realize_with, in one schedule
+    if pending := [t for t in [*realize_with, *(p.grad for p in params)] if t is not None and t.uop.base.op is not Ops.BUFFER]:
+      Tensor.realize(*pending)
+    return
+  for i, p in enumerate(params):
+    if p.grad.dtype not in REDUCIBLE:   # type: ignore[union-attr]
+      raise TypeError(f"allreduce_gradients: gradient {i} (shape {p.shape}) is {dtype_name(p.grad.dtype)}; MPI reduces "   # type: ignore[union-attr]
+                      f"{', '.join(dtype_name(d) for d in REDUCIBLE)}: cast the parameter or train in float32")
+  grads = realized_buffers([p.grad for p in params], realize_with)   # type: ignore[misc]
+  layout: Layout = tuple((p.shape, node.dtype, node.device) for p, node in zip(params, grads))
+  key = (layout, op, int(bucket_mb * 2**20), id(comm))
+  if (launch := _launches.get(key)) is None:
+    if (layout, op, id(comm)) not in _agreed:
+      _check_same_layout(comm, layout, op, "allreduce_gradients")
+      _agreed.add((layout, op, id(comm)))
+    launch = _launches[key] = AllreduceLaunch(layout, plan_buckets(layout, key[2]), op, comm)
+  bucket_nodes = [UOp.new_buffer(layout[m[0]][2], size, layout[m[0]][1]) for m, size in zip(launch.buckets, launch.bucket_sizes)]
+  nodes = tuple(bucket_nodes) + tuple(grads)
+  buffers = [buffer_of(node).allocate() for node in nodes]
+  if realize.launch_recorder is not None: realize.launch_recorder.append((launch, nodes, buffers))
+  realize.launch(launch, buffers)
+  with Tensor.no_grad():
+    for node, members, size in zip(bucket_nodes, launch.buckets, launch.bucket_sizes):
+      flat, offset = Tensor(buffer_view(node, (size,))), 0
+      for i in members:
+        n = launch.sizes[i]
+        grad = flat.shrink(((offset, offset + n),)).reshape(params[i].shape)
+        params[i].grad = grad * (1.0 / comm.size) if op == "mean" else grad
+        offset += n
+
+
+# ---------------------------------------------------------------- parameters
+
+def _named(params: Iterable[Tensor] | Mapping[str, Tensor]) -> list[tuple[str, Tensor]]:
+  if isinstance(params, Mapping): return [(str(name), t) for name, t in params.items()]
+  return [(f"parameter {i}", t) for i, t in enumerate(params)]
+
+
+def broadcast_parameters(params: Iterable[Tensor] | Mapping[str, Tensor], root: int = 0, comm: Communicator | None = None) -> None:
+  """Give every rank root's values of `params` (a list, or a state dict: then errors name the tensors). First checks
+  that every rank holds the same number of tensors with the same shapes and dtypes, else raises DistributedError
+  on every rank naming the first tensor and the rank that differ. A no-op at world size 1."""
+  comm = comm if comm is not None else communicator()
+  if comm is None: return
+  if not 0 <= root < comm.size: raise ValueError(f"broadcast_parameters: root {root} is not a rank of a world of {comm.size}")
+  named = _named(params)
+  seen: dict[int, str] = {}
+  named = [(name, t) for name, t in named if seen.setdefault(id(t), name) == name]   # tied tensors once
+  mine = [(name, t.shape, dtype_name(t.dtype)) for name, t in named]
+  everyone = comm.allgather_object(mine, "broadcast_parameters: checking that the ranks agree on the parameters")
+  reference = everyone[root]
+  for rank, theirs in enumerate(everyone):
+    if theirs == reference: continue
+    if len(theirs) != len(reference):
+      raise DistributedError(f"broadcast_parameters: rank {root} has {len(reference)} parameters but rank {rank} has {len(theirs)}: "
+                             "every rank must build the same model")
+    k = next(k for k, (x, y) in enumerate(zip(reference, theirs)) if x != y)
+    (name_a, shape_a, dtype_a), (name_b, shape_b, dtype_b) = reference[k], theirs[k]
+    raise DistributedError(f"broadcast_parameters: {name_a} is {shape_a} {dtype_a} on rank {root} but rank {rank} has "
+                           f"{'' if name_a == name_b else name_b + ' '}{shape_b} {dtype_b} there: every rank must build the same model")
+  tensors = [t for _, t in named]
+  if not tensors: return
+  nodes = realized_buffers(tensors)
+  layout: Layout = tuple((t.shape, node.dtype, node.device) for t, node in zip(tensors, nodes))
+  buckets = plan_buckets(layout, int(DEFAULT_BUCKET_MB * 2**20))
+  sizes = [int(np.prod(t.shape, dtype=np.int64)) for t in tensors]
+  flats: list[np.ndarray] = []   # bfloat16 travels as float32 (to_numpy), and is rounded back on arrival
+  for members in buckets:
+    if comm.rank == root: flats.append(np.concatenate([buffer_of(nodes[i]).numpy() for i in members]))
+    else: flats.append(np.empty(sum(sizes[i] for i in members), dtype=to_numpy(nodes[members[0]].dtype)))
+  comm.broadcast_(flats, root, f"broadcast_parameters of {len(tensors)} tensors")
+  if comm.rank == root: return
+  with Tensor.no_grad():
+    fresh: list[Tensor] = []
+    for flat, members in zip(flats, buckets):
+      offset = 0
+      for i in members:
+        t = tensors[i]
+        fresh.append(t.assign(Tensor(flat[offset:offset + sizes[i]].reshape(t.shape), device=t.device, dtype=t.dtype)))
+        offset += sizes[i]
+    Tensor.realize(*fresh)
