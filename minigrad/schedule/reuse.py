@@ -11,8 +11,8 @@ the same structure), and, for a key seen before, the schedule rebuilt on this gr
 The key lists every node once, in the order a depth-first walk first reaches it: its op, dtype, arg and the
 positions of its sources. A BUFFER is a parameter: its device, size and dtype, not its identity. Two nodes that
 are one node in one graph (the same sub-expression built twice over the same inputs) must be one node in the
-other: positions say so. Constants are part of the key (they are compiled into the kernels); values that change every step (a learning rate, Adam's
-bias corrections) live in buffers.
+other: positions say so. Constants are part of the key (they are compiled into the kernels); values that change
+every step (a learning rate, Adam's bias corrections) live in buffers.
 
 A recorded schedule (`Recipe`) holds no node of any tensor graph, only positions in the walk and the shapes of
 the buffers the scheduler created, so it keeps no user's memory alive. The MAX_RECIPES most recently used are kept.
