@@ -391,7 +391,7 @@ _INT = {int}
 def _shape_args(args: tuple) -> tuple[int, ...]:
   """Accept f(2, 3) and f((2, 3)): sizes or axes, which must be ints (as in torch: 1.5 or "x" is a TypeError)."""
   values = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
-  if type(values) is tuple and set(map(type, values)) <= _INT: return values   # the common case, checked in C
+  if set(map(type, values)) <= _INT: return values if type(values) is tuple else tuple(values)   # the common case, in C
   for a in values:
     if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
       raise TypeError(f"dims and axes must be ints, got {a!r} ({type(a).__name__}) in {tuple(values)}")

@@ -46,7 +46,7 @@ class SharedHostArrays(Allocator):
 
   def share(self, array: np.ndarray) -> tuple[Allocator, int]:
     view = array.reshape(-1).view(np.uint8)   # C-contiguous: a view, not a copy
-    address = view.ctypes.data
+    address = view.__array_interface__["data"][0]
     self._arrays.setdefault(address, []).append(view)
     return self, address
 
@@ -85,9 +85,10 @@ class CPUAllocator(Allocator):
       self._spare_bytes -= nbytes
     else:
       raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)   # the extra bytes also give size-0 buffers a unique address
-      start = -raw.ctypes.data % ALIGNMENT
+      base = raw.__array_interface__["data"][0]   # (arr.ctypes builds a Python object per call)
+      start = -base % ALIGNMENT
       view = raw[start:start + nbytes]
-      address = raw.ctypes.data + start
+      address = base + start
     self._memory[address] = view
     return address
 
