@@ -344,7 +344,7 @@ class CapturedCall:
     self.alias_checks = [(slot, j) for j, slot in enumerate(recording.state_reads) if slot is not None and self.kinds[slot] != ("state", j)]
     self.bound: list[tuple[UOp | None, UOp | None]] = [(None, None)] * len(self.state)   # per carried tensor: (node given, its base)
     self.launch_list: LaunchList | bool | None = None   # all kernels as one CPU thread-pool call (built at the first replay)
-    self.variable_args: list[tuple[int, int, int]] = []   # (launch, argument, slot) of the addresses each replay rewrites
+    self.variable_args: list[tuple[int, Any, int]] = []   # (slot, a launch's address array, argument) each replay rewrites
     self.counts = (0, 0)                                   # FLOPs and bytes of one replay, for GlobalCounters
     self.memory = plan_memory([slots for _, slots in self.launches], temps)
     for slot, pooled in self.memory.buffers.items(): self.buffers[slot] = pooled.allocate()
@@ -381,8 +381,9 @@ class CapturedCall:
       return generations[slot].node if slot in generations else self.pinned[slot]
     for j, (t, slot) in enumerate(zip(self.state, self.state_writes)):
       old = t.uop
-      t.uop = generations[slot].shaped(t.shape) if slot in generations else buffer_view(node_of(slot), t.shape)
-      self.bound[j] = (t.uop, node_of(slot))
+      if (generation := generations.get(slot)) is not None: node, t.uop = generation.node, generation.shaped(t.shape)
+      else: node = node_of(slot); t.uop = buffer_view(node, t.shape)
+      self.bound[j] = (t.uop, node)
       realize.note_assign(t, old)
     leaves = []
     for result in self.results:
@@ -404,12 +405,13 @@ class CapturedCall:
         self.launch_list = False
         return False
       variable = {slot for slot, _ in self.input_slots + self.state_slots} | {slot for slot, _ in self.fresh}
-      self.variable_args = [(i, arg, slots[j]) for i, (kernel, slots) in enumerate(self.launches)
-                            for arg, j in enumerate(kernel.buffer_args) if slots[j] in variable]
       self.launch_list = LaunchList(entries)
+      addresses = self.launch_list.addresses
+      self.variable_args = [(slots[j], addresses[i], arg) for i, (kernel, slots) in enumerate(self.launches)
+                            for arg, j in enumerate(kernel.buffer_args) if slots[j] in variable]
       self.counts = (sum(kernel.flops for kernel, _ in self.launches), sum(table[s].nbytes for _, slots in self.launches for s in slots))
     if self.launch_list is False: return False
-    for i, arg, slot in self.variable_args: self.launch_list.set_buffer(i, arg, table[slot].opaque)
+    for slot, addresses, arg in self.variable_args: addresses[arg] = table[slot].opaque
     self.launch_list.run()
     GlobalCounters.kernel_count += len(self.launches)
     GlobalCounters.global_ops += self.counts[0]

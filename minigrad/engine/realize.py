@@ -305,7 +305,7 @@ def print_totals() -> None:
 # capture exists (`watch_assigns`); weak keys, like `buffers`.
 launch_recorder: list[tuple[CompiledKernel, tuple[UOp, ...], list[Buffer]]] | None = None
 assign_recorder: list[tuple[weakref.ref, UOp]] | None = None
-replaced_at: weakref.WeakKeyDictionary[UOp, int] = weakref.WeakKeyDictionary()
+replaced_at = NodeTable("replaced_at")   # BUFFER node -> the assignment count when its holder got a new value
 assign_count = 0
 watch_assigns = False
 

@@ -5,8 +5,8 @@ loop is split. Output: the kernels have run, in order, split over the pool's thr
 which releases the GIL while the kernels run).
 
 `LaunchList` holds the C array of launches and of their buffer addresses; it is built once and run many times
-(TinyJit replays a captured step as one list; a single kernel launch is a list of one). `set_buffer` changes
-one address in place, so a replay only writes the addresses that differ from the last one.
+(TinyJit replays a captured step as one list; a single kernel launch is a list of one). `addresses[i][arg]` can be
+written in place, so a replay only writes the addresses that differ from the last one.
 """
 from __future__ import annotations
 import ctypes
@@ -53,8 +53,6 @@ class LaunchList:
     for launch, (fn, _, outer, parts), addresses in zip(self.launches, launches, self.addresses):
       launch.fn, launch.bufs, launch.outer, launch.parts = fn, ctypes.addressof(addresses), outer, parts
     self.library = pool()
-
-  def set_buffer(self, launch: int, arg: int, address: int) -> None: self.addresses[launch][arg] = address
 
   def set_launch(self, buffers: tuple[int, ...], outer: int, parts: int) -> None:
     """Reuse a list of one launch for another call of the same kernel."""
