@@ -315,7 +315,10 @@ def note_assign(tensor: Any, old: UOp) -> None:
   global assign_count
   assign_count += 1
   if watch_assigns:
-    for leaf in ([old.base] if old.base.op is Ops.BUFFER else [u for u in old.toposort if u.op is Ops.BUFFER]): replaced_at[leaf] = assign_count
+    if (base := old.base).op is Ops.BUFFER: replaced_at[base] = assign_count
+    else:
+      for leaf in old.toposort:
+        if leaf.op is Ops.BUFFER: replaced_at[leaf] = assign_count
   if assign_recorder is not None: assign_recorder.append((weakref.ref(tensor), old))
 
 
