@@ -1,8 +1,10 @@
 """minigrad: a lazy tensor compiler. `from minigrad import Tensor, dtypes, Device`."""
 from minigrad.dtype import dtypes, DType
-from minigrad.helpers import GlobalCounters
+from minigrad.helpers import GlobalCounters, tune_garbage_collection
 from minigrad.runtime.device import Device
 from minigrad.tensor import Tensor
 from minigrad.engine.jit import TinyJit
+
+tune_garbage_collection()
 
 __all__ = ["Tensor", "TinyJit", "dtypes", "DType", "Device", "GlobalCounters"]

@@ -366,3 +366,15 @@ def test_default_device_is_settable():
   finally:
     Device.DEFAULT = saved
   assert Device.DEFAULT == saved
+
+
+@pytest.mark.parametrize("setup, env, expected", [("", {}, 10000), ("", {"MINIGRAD_GC_THRESHOLD": "0"}, 700),
+                                                  ("", {"MINIGRAD_GC_THRESHOLD": "2500"}, 2500),
+                                                  ("gc.set_threshold(1234); ", {}, 1234)])
+def test_import_collects_young_objects_less_often_unless_told(setup, env, expected):
+  # an eager step's short-lived graph objects would otherwise reach the oldest generation (minigrad.helpers)
+  import os, subprocess, sys
+  program = f"import gc; {setup}import minigrad; print(gc.get_threshold()[0])"
+  environment = {k: v for k, v in os.environ.items() if k != "MINIGRAD_GC_THRESHOLD"} | env
+  out = subprocess.run([sys.executable, "-c", program], env=environment, capture_output=True, text=True, check=True).stdout
+  assert int(out) == expected
