@@ -217,7 +217,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
   @staticmethod
   def full(shape: int | Sequence[int], value: Scalar, dtype: DType | None = None, device: str | None = None,
            requires_grad: bool | None = None) -> Tensor:
-    shape = _check_shape(to_tuple(shape))
+    shape = check_no_negative_dimension(to_tuple(shape))
     dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(value)
     out = Tensor(const_uop(value, dt, Device.canonicalize(device or Device.DEFAULT), shape))
     return out if requires_grad is None else as_leaf(out, requires_grad)
@@ -232,7 +232,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
 
   @staticmethod
   def empty(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    shp = _check_shape(_shape_args(shape))
+    shp = check_no_negative_dimension(_shape_args(shape))
     buffer = UOp.new_buffer(Device.canonicalize(device or Device.DEFAULT), prod(shp), to_dtype(dtype or dtypes.default_float))
     out = Tensor(buffer_view(buffer, shp))
     return out if requires_grad is None else as_leaf(out, requires_grad)
@@ -396,11 +396,6 @@ def _shape_args(args: tuple) -> tuple[int, ...]:
     if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
       raise TypeError(f"dims and axes must be ints, got {a!r} ({type(a).__name__}) in {tuple(values)}")
   return tuple(int(a) for a in values)
-
-
-def _check_shape(shape: tuple[int, ...]) -> tuple[int, ...]: return check_no_negative_dimension(shape)
-
-
 
 
 def _leaves(root: Tensor) -> list[Tensor]:

@@ -302,7 +302,7 @@ def print_totals() -> None:
 # `assign_recorder` every Tensor.assign (a weak reference to the tensor, its value before). `replaced_at` notes,
 # per BUFFER node, the assignment count at which a tensor holding it (or a lazy graph reading it) was given a new
 # value: a captured function that read that buffer as a constant must be captured again. It is kept once a
-# capture exists (`watch_assigns`); weak keys, like `buffers`.
+# capture exists (`watch_assigns`); kept on the nodes, like `buffers`.
 launch_recorder: list[tuple[CompiledKernel, tuple[UOp, ...], list[Buffer]]] | None = None
 assign_recorder: list[tuple[weakref.ref, UOp]] | None = None
 replaced_at = NodeTable("replaced_at")   # BUFFER node -> the assignment count when its holder got a new value

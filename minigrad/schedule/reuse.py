@@ -54,8 +54,8 @@ class Structure:
       nodes.append(node)
       if node.op is not BUFFER: push_all(node.src)
     position, copysign = index.__getitem__, math.copysign
-    # a BUFFER is a parameter: its dtype, device and size. An arg is tagged as _arg_tag does (True, 1 and 1.0 are
-    # equal in Python, and so are 0.0 and -0.0).
+    # a BUFFER is a parameter: its dtype, device and size. An arg is tagged as in UOp's hash-consing key (True, 1
+    # and 1.0 are equal in Python, and so are 0.0 and -0.0).
     entries = tuple([(BUFFER, n.dtype, n.src[0].arg, n.arg[1]) if n.op is BUFFER else
                      (n.op, n.dtype, n.arg, (float, copysign(1.0, n.arg)) if isinstance(n.arg, float) else type(n.arg),
                       tuple(map(position, n.src))) for n in nodes])

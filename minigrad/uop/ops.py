@@ -130,18 +130,13 @@ def _forget(key: tuple, ref: weakref.ref) -> None:
 class _UOpCache(type):
   """Hash-consing: UOp(...) with the same (op, dtype, src, arg) returns the existing node while it is alive."""
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-    key = (op, dtype, src, arg, (float, math.copysign(1.0, arg)) if isinstance(arg, float) else type(arg))   # _arg_tag, inline
+    # the arg's tag tells apart args Python calls equal but that are different values: -0.0 vs 0.0, True vs 1 vs 1.0
+    key = (op, dtype, src, arg, (float, math.copysign(1.0, arg)) if isinstance(arg, float) else type(arg))
     if (ref := _live.get(key)) is not None and (found := ref()) is not None: return found
     node = cls.__new__(cls)   # the fields directly: type.__call__ and __init__ cost as much as the lookup
     node.op, node.dtype, node.src, node.arg = op, dtype, src, arg
     _live[key] = weakref.ref(node, functools.partial(_forget, key))
     return node
-
-
-def _arg_tag(arg: Any) -> Any:
-  """Distinguishes args Python calls equal but that are different values: -0.0 vs 0.0, True vs 1 vs 1.0."""
-  if isinstance(arg, float): return (float, math.copysign(1.0, arg))
-  return type(arg)
 
 
 class NodeTable:
