@@ -293,12 +293,16 @@ def _sum_selected(mask: Tensor, values: Tensor, axis: int, dtype: Any) -> Tensor
   return picked.sum(axis).cast(dtype)
 
 
+def nothing_of(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+  """A zero-size tensor of `shape` selected from t: an empty slice of it, so backward gives t zero gradients (a
+  fresh empty tensor would have no history)."""
+  return t.reshape(-1).shrink(((0, 0),)).reshape(shape)
+
+
 def gather_advanced(t: Tensor, info: _Gather) -> Tensor:
   """t (the basic view) indexed by the advanced indices in `info`."""
-  from minigrad.tensor import Tensor
   rest, flat = info.rest_shape, info.flat.reshape(-1)
-  if flat.size == 0 or 0 in rest:
-    return Tensor.zeros(info.result_shape, dtype=t.dtype, device=t.device)
+  if flat.size == 0 or 0 in rest: return nothing_of(t, info.result_shape)
   hot = _one_hot(flat, info.count, t.device, len(rest))
   out = _sum_selected(hot, info.to_front(t).reshape((1, info.count) + rest), 1, t.dtype)   # (P, *rest)
   out = out.reshape(info.flat.shape + rest)

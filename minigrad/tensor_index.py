@@ -229,7 +229,9 @@ class IndexMixin:
     x = self.reshape(1) if self.ndim == 0 else self
     values = values.reshape(-1) if self.ndim == 0 else values
     _check_range(values, x.shape[dim], dim)
-    if values.size == 0: return Tensor.zeros(index.shape, dtype=self.dtype, device=self.device)
+    if values.size == 0:
+      from minigrad.indexing import nothing_of
+      return nothing_of(self, index.shape)
     size = x.shape[dim]
     x = x.shrink(tuple(None if d == dim else (0, s) for d, s in enumerate(values.shape)))
     x = x.unsqueeze(-1).transpose(dim, -1)                       # index's shape with dim -> 1, then (size,)

@@ -178,7 +178,7 @@ def test_conv_tensor_methods_unbatched_and_non_contiguous():
 
 
 def test_conv_empty_batch_and_float64():
-  compare(lambda x, w: F.conv2d(x, w), randn(0, 2, 4, 4), randn(3, 2, 3, 3), torch_fn=lambda x, w: TF.conv2d(x, w), grad=False)
+  compare(lambda x, w: F.conv2d(x, w), randn(0, 2, 4, 4), randn(3, 2, 3, 3), torch_fn=lambda x, w: TF.conv2d(x, w))   # zero gradients
   compare(lambda x, w: F.conv1d(x, w, padding=1), randn(1, 2, 5).astype(np.float64), randn(3, 2, 3).astype(np.float64),
           torch_fn=lambda x, w: TF.conv1d(x, w, padding=1))
 

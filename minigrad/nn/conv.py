@@ -21,6 +21,7 @@ import numpy as np
 from minigrad.dtype import dtypes
 from minigrad.function import Composite, Function
 from minigrad.helpers import prod
+from minigrad.indexing import nothing_of
 from minigrad.opt.cpu_policy import conv_row_width
 from minigrad.target import cpu_target
 from minigrad.tensor import Tensor
@@ -163,8 +164,9 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: IntOrPai
     raise ArgumentError(f"{what}: Calculated padded input size per channel: ({_sizes(padded)}). Kernel size: ({_sizes(reach)}). "
                         f"Kernel size can't be greater than actual input size (input shape {x.shape}, weight shape {weight.shape}; the kernel size includes dilation)")
   out_sizes = tuple((p - r) // s + 1 for p, r, s in zip(padded, reach, strides))
-  if x.numel() == 0 or weight.numel() == 0:
-    out = Tensor.zeros(n, c_out, *out_sizes, dtype=x.dtype, device=x.device)
+  if x.numel() == 0 or weight.numel() == 0:   # zeros, tied to x and weight (empty slices) so both get zero gradients
+    tie = nothing_of(x, (0,)).sum() + nothing_of(weight, (0,)).sum()
+    out = Tensor.zeros(n, c_out, *out_sizes, dtype=x.dtype, device=x.device) + tie
     return out if bias is None else out + bias.reshape((1, c_out) + (1,) * dims)
   out = _Convolution.apply(x, weight, strides=strides, dilations=dilations, pads=pads, groups=groups)
   return out if bias is None else out + bias.reshape((1, c_out) + (1,) * dims)
