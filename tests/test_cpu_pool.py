@@ -93,6 +93,78 @@ def test_each_thread_takes_the_same_share_of_consecutive_launches():
   assert halves >= 10, f"the threads ran the same halves of both launches in only {halves} of 20 runs"
 
 
+@pytest.fixture
+def profiling(monkeypatch):
+  """PROFILE=1 as far as the pool is concerned: runs note when and where each part ran."""
+  from minigrad import viz
+  monkeypatch.setattr(viz, "profiling", True)
+
+
+def test_part_times_are_off_unless_profiling(monkeypatch):
+  from minigrad import viz
+  from minigrad.runtime.cpu_pool import take_part_times
+  monkeypatch.setattr(viz, "profiling", False)
+  program = ops_cpu.CPUProgram("who_ran", ops_cpu.CCompiler().compile(WHO_RAN))
+  ids = np.zeros(8, np.int64)
+  LaunchList([(program.entry, [ids.ctypes.data], 8, 8)]).run()
+  assert take_part_times(program.entry, 0.0) is None and (ids != 0).all()
+
+
+def test_the_pool_clock_is_perf_counters():
+  # the parts' times are placed on the trace's clock (time.perf_counter) by an offset measured once
+  from minigrad.runtime.cpu_pool import clock_offset_ns, pool
+  offset = clock_offset_ns()
+  for _ in range(5):
+    before = time.perf_counter_ns(); c = pool().mg_pool_now_ns(); after = time.perf_counter_ns()
+    assert before - 1000 <= c + offset <= after + 1000   # within a microsecond of the Python reads around it
+
+
+def test_timed_parts_name_the_thread_that_ran_them(profiling):
+  # Each part's slot says which pool thread ran it: the kernel writes its OS thread into every iteration, so every
+  # iteration of a part has the same writer, one pool thread number is one OS thread, and 0 is the caller.
+  from minigrad.runtime.cpu_pool import take_part_times
+  program = ops_cpu.CPUProgram("who_ran", ops_cpu.CCompiler().compile(WHO_RAN))
+  libc = ctypes.CDLL(None)
+  libc.pthread_self.restype = ctypes.c_ulong
+  caller = ctypes.c_long(libc.pthread_self()).value
+  first, second = np.zeros(8, np.int64), np.zeros(6, np.int64)
+  launches = LaunchList([(program.entry, [first.ctypes.data], 8, 8), (program.entry, [second.ctypes.data], 6, 3)])
+  os_thread: dict[int, int] = {}
+  for _ in range(3):
+    since = time.perf_counter()
+    launches.run()
+    began, ended, parts = take_part_times(program.entry, since)
+    assert since <= began <= ended and take_part_times(program.entry, since) is None   # taken once
+    # 8 and 3 parts with a worker; each launch whole, on the caller, in a pool of one thread (a 1-core host)
+    split = ops_cpu.cpu_threads() > 1
+    assert sorted((p.launch, p.part) for p in parts) == ([(0, j) for j in range(8)] + [(1, j) for j in range(3)] if split else [(0, 0), (1, 0)])
+    for launch, outer in ((0, 8), (1, 6)):   # the parts of a launch run its outer loop once
+      spans = sorted((p.loop_start, p.loop_end) for p in parts if p.launch == launch)
+      assert spans[0][0] == 0 and spans[-1][1] == outer and all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+      assert all(p.parts == len(spans) for p in parts if p.launch == launch)
+    for p in parts:
+      ids = (first if p.launch == 0 else second)[p.loop_start:p.loop_end]
+      assert (ids == ids[0]).all() and os_thread.setdefault(p.thread, int(ids[0])) == ids[0]
+      assert began <= p.start <= p.end <= ended and p.caller == threading.current_thread().name
+    by_thread = {}   # a thread runs one part at a time; a launch starts once the one before it is done
+    for p in parts: by_thread.setdefault(p.thread, []).append((p.start, p.end))
+    assert all(a[1] <= b[0] for spans in by_thread.values() for a, b in zip(sorted(spans), sorted(spans)[1:]))
+    assert max(p.end for p in parts if p.launch == 0) <= min(p.start for p in parts if p.launch == 1)
+  assert os_thread.get(0, caller) == caller and len(set(os_thread.values())) == len(os_thread)
+  assert set(os_thread) <= set(range(ops_cpu.cpu_threads()))
+
+
+def test_a_launch_run_whole_is_timed_as_one_part(profiling):
+  # a list none of whose launches is split runs on the caller, each launch whole: one part each, on thread 0
+  from minigrad.runtime.cpu_pool import take_part_times
+  program = ops_cpu.CPUProgram("who_ran", ops_cpu.CCompiler().compile(WHO_RAN))
+  ids = np.zeros(5, np.int64)
+  since = time.perf_counter()
+  LaunchList([(program.entry, [ids.ctypes.data], 5, 1), (program.entry, [ids.ctypes.data], 3, 1)]).run()
+  _, _, parts = take_part_times(program.entry, since)
+  assert [(p.launch, p.part, p.parts, p.thread, p.loop_start, p.loop_end) for p in parts] == [(0, 0, 1, 0, 0, 5), (1, 0, 1, 0, 0, 3)]
+
+
 WHERE_RAN = r"""
 #define _GNU_SOURCE
 #include <pthread.h>

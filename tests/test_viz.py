@@ -15,6 +15,7 @@ from minigrad import Tensor, viz
 from minigrad.engine import search
 from minigrad.engine.realize import compiled_kernels
 from minigrad.helpers import BEAM, DEBUG
+from minigrad.runtime import ops_cpu
 from minigrad.runtime.device import DEVICE_NAMES, Device
 from minigrad.schedule import reuse
 from minigrad.uop.ops import Ops
@@ -164,13 +165,45 @@ def test_profile_trace_has_every_stage(tmp_path):
   assert all(by_category.values()), {k: len(v) for k, v in by_category.items()}
   tracks = {e["args"]["name"]: e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
   queue = f"{out.device} queue"
-  assert set(tracks) == {trace.HOST_TRACK, queue}
+  pool = {name for name in tracks if name.startswith("CPU pool thread")} if out.device in ("CPU", "LLVM") else set()
+  assert set(tracks) == {trace.HOST_TRACK, queue} | pool
   for launch in by_category["launch"]:
     assert launch["tid"] == tracks[queue] and launch["dur"] > 0
     assert launch["args"]["flops"] > 0 and launch["args"]["bytes"] > 0
     assert launch["args"]["cpu_pool_parts"] >= 1 if out.device in ("CPU", "LLVM") else "cpu_pool_parts" not in launch["args"]
   assert any(e["name"].startswith("compile r_") for e in by_category["compile"])
   assert all(e["tid"] == tracks[trace.HOST_TRACK] for c in ("schedule", "render", "compile") for e in by_category[c])
+
+
+def test_profile_trace_has_a_track_per_cpu_pool_thread(tmp_path):
+  # Each part of a CPU launch is on the track of the pool thread that ran it, inside its launch's span, named like
+  # the kernel; the parts of a launch cover its outer loop once. Which threads take parts depends on the host (its
+  # cores, how busy it is): there is one track for each pool thread that ran something, whatever their number.
+  viz.enable(profiling=True, write_at_exit=False)
+  x = fresh(256, 512)
+  for _ in range(3): (x * 7.75 + 1).realize()   # 131,072 elements: split over the pool when it has 2+ threads
+  document = json.loads(trace.write(tmp_path / "trace.json").read_text())
+  events = document["traceEvents"]
+  tracks = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+  launches = [e for e in events if e["ph"] == "X" and e["cat"] == "launch"]
+  parts = [e for e in events if e["ph"] == "X" and e["cat"] == "pool"]
+  assert len(launches) == 3 and parts
+  assert {tracks[e["tid"]] for e in parts} == {name for name in tracks.values() if name.startswith("CPU pool thread")}
+  names = [re.fullmatch(r"CPU pool thread (0) \(caller: MainThread\)|CPU pool thread ([1-9]\d*)", tracks[e["tid"]]) for e in parts]
+  assert all(names) and {int(n.group(1) or n.group(2)) for n in names} <= set(range(ops_cpu.cpu_threads()))
+  slack = 0.002   # microseconds: ts and dur are rounded to nanoseconds
+  for launch in launches:
+    inside = [e for e in parts if launch["ts"] - slack <= e["ts"] and e["ts"] + e["dur"] <= launch["ts"] + launch["dur"] + slack]
+    assert inside and all(e["name"] == launch["name"] and e["pid"] == launch["pid"] for e in inside)
+    assert sorted(e["args"]["part"] for e in inside) == list(range(launch["args"]["cpu_pool_parts"]))
+    assert all(e["args"]["parts"] == launch["args"]["cpu_pool_parts"] for e in inside)
+    spans = sorted(tuple(map(int, e["args"]["iterations"].split(".."))) for e in inside)
+    assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:]))   # the outer loop, once
+  assert sum(len([e for e in parts if launch["ts"] - slack <= e["ts"] <= launch["ts"] + launch["dur"]]) for launch in launches) == len(parts)
+  if ops_cpu.cpu_threads() > 1: assert all(launch["args"]["cpu_pool_parts"] > 1 for launch in launches)
+  for tid in {e["tid"] for e in parts}:   # a thread runs one part at a time: its spans follow each other
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in parts if e["tid"] == tid)
+    assert all(a[1] <= b[0] + slack for a, b in zip(spans, spans[1:]))
 
 
 def test_profile_trace_has_beam_search(monkeypatch, tmp_path):

@@ -7,23 +7,29 @@ What is read from the cache runs: compiled kernels are loaded with dlopen, so wh
 folder runs code in every process that reads it. The cache therefore trusts only its owner, as ssh does with its
 keys: the folder ($MINIGRAD_CACHE, else ~/.cache/minigrad) and each of its subfolders must be a real folder (not a
 symlink) owned by the current user and not writable by group or others, the folders above it writable by no one
-else (or sticky, as /tmp), and each entry a regular file owned by the user, opened without following symlinks. If the folder fails the check, minigrad says so once, in one line
-naming the path and the fix, and runs with the cache off. Folders it creates are 0700, entries 0600. Nothing read
-from the cache is unpickled: entries are bytes (binaries) or JSON.
+else (or sticky, as /tmp), and each entry a regular file owned by the user and writable by no one else, opened
+without following symlinks. If the folder fails the check, minigrad says so once, in one line naming the path and the
+fix, and runs with the cache off; a subfolder or an entry that fails it is said the same way (once per path) and
+not used (an entry is then written anew over it). Folders it creates are 0700, entries 0600. Nothing read from the
+cache is unpickled: entries are bytes (binaries) or JSON. Keys of compiled binaries and BEAM results include
+`minigrad_version()`; rendered kernels the digest of minigrad's source (minigrad/engine/kernel_cache.py).
 
 Each entry starts with a magic word and the sha256 of its payload (damage is detected and the entry deleted), and
 is written to a temp file and renamed into place, so a reader never sees half an entry and two processes racing
 on one key both succeed. The cache is bounded: MINIGRAD_CACHE_MB (default 1024) megabytes; after every eighth of
 that written (by one process, or by several, counted in the stats file at exit), the folder is measured and the
-least recently used entries (a hit refreshes an entry's time) are deleted down to 90 % of the cap. `python -m minigrad.cache` prints the folder's size, entries
+least recently used entries (a hit refreshes an entry's time) are deleted down to 90 % of the cap, with temp files
+a killed writer left behind over an hour ago. `python -m minigrad.cache` prints the folder's size, entries
 by kind and the hit rates of the last runs; `--clear` empties it. DISABLE_COMPILER_CACHE=1 turns it off.
 """
 from __future__ import annotations
 from collections import Counter
 import argparse
 import atexit
+import errno
 import functools
 import hashlib
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -38,6 +44,7 @@ MAGIC = b"minigrad-cache-1\n"
 DIGEST_SIZE = 32
 STATS_FILE = "stats.json"   # the hit counts of the last STATS_RUNS processes
 STATS_RUNS = 20
+STALE_TEMP_SECONDS = 3600   # a temp file this old was left by a writer that died: evict deletes it
 
 
 class UntrustedCache(OSError):
@@ -63,23 +70,44 @@ def root() -> pathlib.Path:
   return checked
 
 
+@functools.lru_cache(maxsize=None)
+def minigrad_version() -> str:
+  """minigrad's release (its package metadata), for keys of entries that don't depend on its source otherwise."""
+  try: return importlib.metadata.version("minigrad")
+  except importlib.metadata.PackageNotFoundError: return "unknown"
+
+
+_warned: set[str] = set()   # paths already said to be untrusted in this process
+
+
+def _warn_once(what: str, path: pathlib.Path, problem: OSError, then: str) -> None:
+  """One line on stderr naming the `what` ("folder", "entry") at `path`, what is wrong and the fix (the message of
+  `problem` carries it) and what minigrad does `then`; once per path."""
+  if str(path) in _warned: return
+  _warned.add(str(path))
+  print(f"minigrad: not using the cache {what} {path}: {problem}; {then}", file=sys.stderr)
+
+
 @functools.lru_cache(maxsize=8)
 def _checked_root(path_text: str) -> pathlib.Path | OSError:
   """The folder, or why it can't be used (said once per process, on stderr)."""
   path = pathlib.Path(path_text)
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.mkdir(mode=0o700, exist_ok=True)
+    try: path.mkdir(mode=0o700)
+    except FileExistsError: pass   # a folder, or something _check_folder names
     _check_folder(path)
     _check_ancestors(path)
   except OSError as e:
-    print(f"minigrad: not using the cache folder {path}: {e}; running without a disk cache", file=sys.stderr)
+    _warned.discard(str(path))   # a new check (after cache_clear) says it again
+    _warn_once("folder", path, e, "running without a disk cache")
     return e
   return path
 
 
 def folder(kind: str) -> pathlib.Path:
-  """The subfolder for one kind of entry ("compiled", "kernels", "beam" ...), created 0700 and checked."""
+  """The subfolder for one kind of entry ("compiled", "kernels", "beam" ...), created 0700 and checked; raises
+  OSError (UntrustedCache when it fails the check)."""
   path = root() / kind
   try: path.mkdir(mode=0o700)
   except FileExistsError: pass
@@ -87,10 +115,19 @@ def folder(kind: str) -> pathlib.Path:
   return path
 
 
+def trusted_folder(kind: str) -> pathlib.Path | None:
+  """`folder(kind)`, or None when it can't be used (an untrusted one said once, on stderr)."""
+  try: return folder(kind)
+  except UntrustedCache as e:
+    if usable(): _warn_once("folder", root() / kind, e, f"running without caching {kind}")   # (an untrusted root was said already)
+    return None
+  except OSError: return None
+
+
 def entry(kind: str, name: str) -> pathlib.Path | None:
   """Where the entry `name` of `kind` lives, or None when its folder can't be used."""
-  try: return folder(kind) / name
-  except OSError: return None
+  found = trusted_folder(kind)
+  return None if found is None else found / name
 
 
 def _uid() -> int: return os.geteuid()
@@ -99,7 +136,7 @@ def _uid() -> int: return os.geteuid()
 def _check_folder(path: pathlib.Path) -> None:
   info = os.lstat(path)
   if stat.S_ISLNK(info.st_mode): raise UntrustedCache(f"{path} is a symlink (set MINIGRAD_CACHE to the real folder)")
-  if not stat.S_ISDIR(info.st_mode): raise UntrustedCache(f"{path} is not a folder")
+  if not stat.S_ISDIR(info.st_mode): raise UntrustedCache(f"{path} is not a folder (remove it, or set MINIGRAD_CACHE elsewhere)")
   _check_owner(path, info)
 
 
@@ -128,15 +165,17 @@ misses: Counter[str] = Counter()
 
 def read(path: pathlib.Path, what: str) -> bytes | None:
   """The payload of the entry at `path`, or None: missing, damaged (deleted), or not trusted (a symlink, someone
-  else's file, writable by others: left alone, said at DEBUG>=1)."""
+  else's file, writable by others: left alone, said once on stderr; the caller's next write replaces it)."""
   try:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-  except OSError:   # missing, or a symlink (ELOOP)
+    # no symlinks followed; no waiting for a writer when the entry is a FIFO (fstat below rejects it)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+  except OSError as e:   # missing, or a symlink (ELOOP): never followed
+    if e.errno == errno.ELOOP: _warn_once("entry", path, UntrustedCache(f"{path} is a symlink (fix: remove it)"), "it is made anew")
     misses[what] += 1
     return None
   try:
     info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode): raise UntrustedCache(f"{path} is not a regular file")
+    if not stat.S_ISREG(info.st_mode): raise UntrustedCache(f"{path} is not a regular file (fix: remove it)")
     _check_owner(path, info)
     with os.fdopen(fd, "rb", closefd=False) as f: blob = f.read()
     payload = blob[len(MAGIC) + DIGEST_SIZE:]
@@ -148,7 +187,7 @@ def read(path: pathlib.Path, what: str) -> bytes | None:
     try: os.utime(fd)   # most recently used: the last to be evicted
     except OSError: pass
   except UntrustedCache as e:
-    if DEBUG >= 1: print(f"{what} cache: ignoring {e}")
+    _warn_once("entry", path, e, "it is made anew")
     misses[what] += 1
     return None
   finally: os.close(fd)
@@ -214,11 +253,26 @@ def entries(base: pathlib.Path, kinds: tuple[str, ...] = ENTRY_KINDS) -> list[tu
   return found
 
 
+def stale_temp_files(base: pathlib.Path, kinds: tuple[str, ...] = ENTRY_KINDS) -> list[pathlib.Path]:
+  """Temp files (".<name>.<random>.tmp", see `write`) older than STALE_TEMP_SECONDS: their writer died."""
+  found, oldest = [], time.time() - STALE_TEMP_SECONDS
+  for directory, _, files in (walked for kind in kinds for walked in os.walk(base / kind)):
+    for name in files:
+      if not (name.startswith(".") and name.endswith(".tmp")): continue
+      path = pathlib.Path(directory) / name
+      try:
+        if path.lstat().st_mtime < oldest: found.append(path)
+      except OSError: pass
+  return found
+
+
 def evict(cap: int) -> int:
   """Delete the least recently used entries until the cache holds at most 90 % of `cap` bytes, if it holds more
-  than `cap`. Returns the bytes deleted."""
-  try: files = entries(root())
+  than `cap` (and temp files left by dead writers). Returns the bytes of entries deleted."""
+  try: base = root()
   except OSError: return 0
+  for path in stale_temp_files(base): _unlink(path)
+  files = entries(base)
   total = sum(info.st_size for _, info in files)
   if total <= cap: return 0
   deleted = 0

@@ -20,7 +20,7 @@ chosen. A candidate that fails (render, compile, bounds check, run, wrong output
 the search never crashes on a candidate. It never reads or writes the user's buffers.
 
 Results are kept on disk in the "beam" folder of minigrad.cache: one JSON entry per (kernel AST, device, compiler, the CPU and
-LLVM devices' Target ISA (`Target.key`: actions tuned for AVX-512 are not reused on an AVX2 CPU), beam width),
+LLVM devices' Target ISA (`Target.key`: actions tuned for AVX-512 are not reused on an AVX2 CPU), beam width, minigrad's release),
 named by a sha256 of those and holding the actions and the AST printout; writes are atomic. An entry that can't be
 read, is for another AST or whose actions don't apply any more is ignored and searched again. `chosen_opts` keeps
 this process's answers in memory.
@@ -87,7 +87,8 @@ def beam_search(ast: UOp, device: str, width: int) -> list[Opt]:
 def cache_path(ast: UOp, device: str, width: int) -> pathlib.Path | None:
   compiler = Device[device].compiler
   target = getattr(compiler, "target", None)   # CPU and LLVM: what the code may assume
-  text = "\0".join((f"beam v{CACHE_VERSION}", ast_key(ast), device, compiler.cache_key, target.key if target else "", str(width)))
+  text = "\0".join((f"beam v{CACHE_VERSION}", f"minigrad {cache.minigrad_version()}", ast_key(ast), device, compiler.cache_key,
+                    target.key if target else "", str(width)))
   return cache.entry("beam", f"{hashlib.sha256(text.encode()).hexdigest()}.json")
 
 

@@ -23,7 +23,12 @@
    it, the caller, and both then share that one core for many batches while the other idles (a 64 MB row sum
    ran at 20-30 GB/s instead of 35-40 after a pause). So each batch notes the caller's CPU, and worker t keeps to
    the t-th allowed CPU after it: pinned there in its first batch, and again whenever it finds itself on the
-   caller's CPU (the caller, never pinned, moved). With fewer CPUs than threads the workers are left unpinned. */
+   caller's CPU (the caller, never pinned, moved). With fewer CPUs than threads the workers are left unpinned.
+
+   Timing (PROFILE=1, minigrad/viz/trace.py): given an array of `mg_part_time`, one per part of the list, each part's
+   thread notes which thread ran it and when (CLOCK_MONOTONIC, `mg_pool_now_ns`) into its own slot, so no two threads
+   write the same memory; Python reads the array once the call returns. Without one (NULL) nothing is timed: the
+   pointer is read once per batch and tested once per part. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE   /* sched_getcpu, pthread_setaffinity_np */
 #endif
@@ -52,6 +57,14 @@ typedef struct {
   int32_t parts;   /* contiguous pieces of that loop the threads take in turn (>= 1) */
 } mg_launch;
 
+/* When and where one part ran (PROFILE=1): slot part_ends[launch - 1] + part of the array given to mg_pool_run. */
+typedef struct {
+  int32_t launch, part, parts;   /* part `part` of `parts` of the launch-th launch of the list */
+  int32_t thread;                /* 0: the caller of mg_pool_run; 1..: the pool's workers */
+  int32_t loop_start, loop_end;  /* the iterations of the outer loop it ran */
+  int64_t start_ns, end_ns;      /* CLOCK_MONOTONIC (mg_pool_now_ns); end_ns is 0 in a slot no part used */
+} mg_part_time;
+
 #define MAX_LAUNCHES 4096        /* per call; the Python side cuts longer lists */
 #define MAX_WORKERS 255
 #define SPIN_NANOSECONDS 300000  /* an idle worker spins this long for the next batch, then sleeps */
@@ -66,6 +79,7 @@ static _Atomic uint32_t batch;            /* the batch number workers wake up fo
 static _Atomic int active;                /* threads inside work_on */
 static _Atomic unsigned char *claimed;    /* claimed[part_ends[i - 1] + j]: part j of launch i is taken */
 static int64_t claim_slots;
+static mg_part_time *_Atomic part_times;  /* this batch's timing slots, or NULL: not timed */
 static _Thread_local int thread_id;       /* 0: the caller; workers 1..threads-1 */
 static _Atomic int sleepers;
 static int started, wanted;
@@ -128,10 +142,30 @@ static int32_t claim_part(int32_t i, int32_t t, int32_t threads) {
   return -1;
 }
 
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* The clock of mg_part_time, for Python to measure its offset from time.perf_counter_ns once. */
+int64_t mg_pool_now_ns(void) { return now_ns(); }
+
+/* Run iterations [start, end) of launch `l` (the `launch`-th of its list), timed into `slot` when it is not NULL. */
+static void run_part(const mg_launch *l, int32_t start, int32_t end, mg_part_time *slot, int32_t launch, int32_t part, int32_t t) {
+  if (slot == NULL) { l->fn(l->bufs, start, end); return; }
+  int64_t began = now_ns();
+  l->fn(l->bufs, start, end);
+  *slot = (mg_part_time){launch, part, l->parts, t, start, end, began, now_ns()};
+}
+
 /* Take and run parts of batch `b` until all its launches are done. */
 static void work_on(uint32_t b) {
   atomic_fetch_add(&active, 1);   /* before reading `state`: a new batch waits for this thread to leave */
   int32_t n = atomic_load(&launch_count), threads = wanted + 1, t = thread_id < threads ? thread_id : 0;
+  /* read once: batch b's caller stored it before publishing b, and a later batch rewrites it only once this thread
+     has left (active); if that later batch's pointer is read here, the state check below sees the new batch and stops */
+  mg_part_time *times = atomic_load(&part_times);
   if (t > 0) leave_the_callers_cpu(t);
   unsigned waited = 0;
   for (;;) {
@@ -146,16 +180,10 @@ static void work_on(uint32_t b) {
     }
     const mg_launch *l = &launches[i];
     int32_t start = (int32_t)((int64_t)l->outer * part / l->parts), end = (int32_t)((int64_t)l->outer * (part + 1) / l->parts);
-    l->fn(l->bufs, start, end);
+    run_part(l, start, end, times ? &times[(i ? part_ends[i - 1] : 0) + part] : NULL, i, part, t);
     if (atomic_fetch_add(&finished, 1) + 1 == part_ends[i]) atomic_store(&state, STATE(b, i + 1));
   }
   atomic_fetch_sub(&active, 1);
-}
-
-static int64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 static void *worker(void *id) {
@@ -210,17 +238,25 @@ static void start_workers(void) {
   }
 }
 
-static void run_alone(const mg_launch *list, int n) {
-  for (int i = 0; i < n; i++) list[i].fn(list[i].bufs, 0, list[i].outer);
+/* The caller runs each launch whole (timed as its part 0, in the slot where its parts begin). */
+static void run_alone(const mg_launch *list, int n, mg_part_time *times) {
+  int64_t first = 0;
+  for (int i = 0; i < n; i++) {
+    mg_launch whole = list[i];
+    whole.parts = 1;
+    run_part(&whole, 0, whole.outer, times ? &times[first] : NULL, i, 0, 0);
+    first += list[i].parts < 1 ? 1 : list[i].parts > 0xffff ? 0xffff : list[i].parts;
+  }
 }
 
-/* Run `n` launches in order. Returns 0, or -1 if n is out of range (nothing runs). */
-int mg_pool_run(const mg_launch *list, int n) {
+/* Run `n` launches in order, timing each part into `times` (one slot per part, parts clamped to 1..65535) unless it
+   is NULL. Returns 0, or -1 if n is out of range (nothing runs). */
+int mg_pool_run(const mg_launch *list, int n, mg_part_time *times) {
   if (n < 0 || n > MAX_LAUNCHES) return -1;
   int split = 0;
   for (int i = 0; i < n; i++) split |= list[i].parts > 1;
   /* one part each, no workers, or another thread's batch running: this thread runs them all, whole */
-  if (!split || wanted == 0 || pthread_mutex_trylock(&run_lock) != 0) { run_alone(list, n); return 0; }
+  if (!split || wanted == 0 || pthread_mutex_trylock(&run_lock) != 0) { run_alone(list, n, times); return 0; }
   start_workers();
   uint32_t b = atomic_load(&batch) + 1;
   atomic_store(&state, STATE(b, CLOSED));   /* workers still in the last batch leave it; none can enter this one */
@@ -238,7 +274,7 @@ int mg_pool_run(const mg_launch *list, int n) {
   }
   if (total > claim_slots) {
     _Atomic unsigned char *grown = malloc((size_t)total);
-    if (grown == NULL) { pthread_mutex_unlock(&run_lock); run_alone(list, n); return 0; }
+    if (grown == NULL) { pthread_mutex_unlock(&run_lock); run_alone(list, n, times); return 0; }
     free((void *)claimed);
     claimed = grown;
     claim_slots = total;
@@ -246,6 +282,7 @@ int mg_pool_run(const mg_launch *list, int n) {
   for (int64_t j = 0; j < total; j++) atomic_store_explicit(&claimed[j], 0, memory_order_relaxed);
   atomic_store(&launch_count, n);
   atomic_store(&finished, 0);
+  atomic_store(&part_times, times);
   note_the_callers_cpu();
   atomic_store(&state, STATE(b, 0));
   atomic_store(&batch, b);

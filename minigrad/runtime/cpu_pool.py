@@ -7,11 +7,18 @@ which releases the GIL while the kernels run).
 `LaunchList` holds the C array of launches and of their buffer addresses; it is built once and run many times
 (TinyJit replays a captured step as one list; a single kernel launch is a list of one). `addresses[i][arg]` can be
 written in place, so a replay only writes the addresses that differ from the last one.
+
+While PROFILE=1 records a trace (`minigrad.viz.profiling`, read once per run), each run also notes which pool
+thread ran each part of each launch and when (`PartTime`, on time.perf_counter's clock); the trace takes them with
+`take_part_times` right after the launch (minigrad/viz/trace.py). Otherwise nothing is timed.
 """
 from __future__ import annotations
+from dataclasses import dataclass
 import ctypes
 import threading
+import time
 from importlib import resources
+from minigrad import viz
 from minigrad.helpers import cpu_threads
 
 MAX_LAUNCHES = 4096   # per call into the pool (MAX_LAUNCHES in cpu_pool.c); longer lists are run in pieces
@@ -20,6 +27,31 @@ ENTRY_SUFFIX = "_entry"   # every CPU kernel exports `void <name>_entry(void *co
 
 class Launch(ctypes.Structure):
   _fields_ = [("fn", ctypes.c_void_p), ("bufs", ctypes.c_void_p), ("outer", ctypes.c_int32), ("parts", ctypes.c_int32)]
+
+
+class _PartSlot(ctypes.Structure):
+  """mg_part_time of cpu_pool.c: when and where one part of a launch ran."""
+  _fields_ = [("launch", ctypes.c_int32), ("part", ctypes.c_int32), ("parts", ctypes.c_int32), ("thread", ctypes.c_int32),
+              ("loop_start", ctypes.c_int32), ("loop_end", ctypes.c_int32), ("start_ns", ctypes.c_int64), ("end_ns", ctypes.c_int64)]
+
+
+MAX_PARTS = 0xffff   # cpu_pool.c clamps a launch's parts to 1..MAX_PARTS
+
+
+@dataclass(frozen=True)
+class PartTime:
+  """One part of a timed launch: iterations [loop_start, loop_end) of its outer loop, run by pool thread `thread`
+  (0: the thread that called the pool, named `caller`; 1..: the workers) from `start` to `end` (perf_counter seconds)."""
+  entry: int         # the kernel's entry function address (CPUProgram.entry)
+  launch: int        # its place in the LaunchList
+  part: int
+  parts: int
+  thread: int
+  caller: str        # the Python thread that ran the list (threading.current_thread().name)
+  loop_start: int
+  loop_end: int
+  start: float
+  end: float
 
 
 _library: ctypes.CDLL | None = None
@@ -34,13 +66,42 @@ def pool() -> ctypes.CDLL:
       from minigrad.runtime.ops_cpu import CCompiler, load_library   # the pool is built like a kernel
       source = resources.files("minigrad.runtime").joinpath("cpu_pool.c").read_text()
       library = load_library(CCompiler(extra_flags=("-pthread",)).compile_cached(source))
-      library.mg_pool_run.argtypes = [ctypes.c_void_p, ctypes.c_int]
+      library.mg_pool_run.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
       library.mg_pool_run.restype = ctypes.c_int
+      library.mg_pool_now_ns.argtypes = []
+      library.mg_pool_now_ns.restype = ctypes.c_int64
       library.mg_pool_threads.argtypes = [ctypes.c_int]
       library.mg_pool_threads.restype = ctypes.c_int
       library.mg_pool_threads(cpu_threads())
       _library = library
     return _library
+
+
+_clock_offset_ns: int | None = None
+
+
+def clock_offset_ns() -> int:
+  """time.perf_counter_ns() minus the pool's CLOCK_MONOTONIC (mg_pool_now_ns), measured once: the C clock read
+  between two Python reads, from the closest pair of 20 tries (on Linux both are CLOCK_MONOTONIC: about 0)."""
+  global _clock_offset_ns
+  if _clock_offset_ns is None:
+    now_ns, best = pool().mg_pool_now_ns, None
+    for _ in range(20):
+      before = time.perf_counter_ns(); c = now_ns(); after = time.perf_counter_ns()
+      if best is None or after - before < best[0]: best = (after - before, (before + after) // 2 - c)
+    _clock_offset_ns = best[1]
+  return _clock_offset_ns
+
+
+_recent = threading.local()   # .run: (began, ended, [PartTime]) of this Python thread's last timed run
+
+
+def take_part_times(entry: int, since: float) -> tuple[float, float, list[PartTime]] | None:
+  """The parts of kernel `entry` in this Python thread's last timed run, if that run began at or after `since`
+  (perf_counter seconds), with the run's own start and end; None otherwise. Forgets the run either way."""
+  run, _recent.run = getattr(_recent, "run", None), None
+  if run is None or run[0] < since: return None
+  return run[0], run[1], [p for p in run[2] if p.entry == entry]
 
 
 class LaunchList:
@@ -60,7 +121,22 @@ class LaunchList:
     self.launches[0].outer, self.launches[0].parts = outer, parts
 
   def run(self) -> None:
+    if viz.profiling: return self._run_timed()
     for first in range(0, self.count, MAX_LAUNCHES):
       address = ctypes.addressof(self.launches) + first * ctypes.sizeof(Launch)
-      if self.library.mg_pool_run(address, min(MAX_LAUNCHES, self.count - first)) != 0:
+      if self.library.mg_pool_run(address, min(MAX_LAUNCHES, self.count - first), None) != 0:
         raise RuntimeError(f"internal error: the CPU thread pool refused a list of {self.count} launches")
+
+  def _run_timed(self) -> None:
+    """`run`, noting when and where each part ran (for `take_part_times`)."""
+    offset, caller, parts = clock_offset_ns(), threading.current_thread().name, []
+    began = time.perf_counter()
+    for first in range(0, self.count, MAX_LAUNCHES):
+      count = min(MAX_LAUNCHES, self.count - first)
+      slots = (_PartSlot * sum(min(max(self.launches[first + i].parts, 1), MAX_PARTS) for i in range(count)))()   # zeroed
+      address = ctypes.addressof(self.launches) + first * ctypes.sizeof(Launch)
+      if self.library.mg_pool_run(address, count, slots) != 0:
+        raise RuntimeError(f"internal error: the CPU thread pool refused a list of {self.count} launches")
+      parts += [PartTime(self.launches[first + s.launch].fn, first + s.launch, s.part, s.parts, s.thread, caller, s.loop_start,
+                         s.loop_end, (s.start_ns + offset) * 1e-9, (s.end_ns + offset) * 1e-9) for s in slots if s.end_ns]
+    _recent.run = (began, time.perf_counter(), parts)

@@ -182,7 +182,8 @@ class Buffer:
 
 class Compiler:
   """Turns source text into a binary (bytes). `cache_key` names the compiler and its flags: two compilers
-  with equal keys must produce interchangeable binaries for the same source."""
+  with equal keys must produce interchangeable binaries for the same source. Disk entries are keyed by it, the
+  source and minigrad's release (minigrad.cache.minigrad_version)."""
 
   def __init__(self, cache_key: str):
     self.cache_key = cache_key
@@ -191,7 +192,8 @@ class Compiler:
     raise NotImplementedError(f"{type(self).__name__} must implement compile")
 
   def cache_path(self, src: str) -> pathlib.Path | None:
-    return cache.entry("compiled", hashlib.sha256(f"{len(self.cache_key)}:{self.cache_key}".encode() + src.encode()).hexdigest())
+    key = f"minigrad {cache.minigrad_version()}\0{self.cache_key}"   # the compiler, its version, flags and Target
+    return cache.entry("compiled", hashlib.sha256(f"{len(key)}:{key}".encode() + src.encode()).hexdigest())
 
   def compile_cached(self, src: str) -> bytes:
     """`compile(src)`, reusing an earlier result from disk (minigrad.cache: trusted folders only). A damaged cache

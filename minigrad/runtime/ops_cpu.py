@@ -274,7 +274,7 @@ class CCompiler(Compiler):
     path = cache.entry("compiler_probes", hashlib.sha256(key.encode()).hexdigest()) if cache.enabled() else None
     cached = cache.read(path, "compiler probe") if path is not None else None
     try: capabilities = CompilerCapabilities(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(cached).items()}) if cached else None
-    except (ValueError, TypeError): capabilities = None   # written by another version of this class: asked again
+    except (ValueError, TypeError, AttributeError): capabilities = None   # another version's entry, or not a JSON object: asked again
     if capabilities is None:
       try: capabilities = self._ask(flags)
       except CompileTimeout:   # a compiler this slow gets what minigrad assumed before it asked; asked again next time
@@ -362,7 +362,7 @@ def _probe_key(argv: list[str], version: str, flags: tuple[str, ...], target: Ta
 def load_library(lib: bytes) -> ctypes.CDLL:
   """dlopen the shared-library bytes. The file is deleted once loaded (the mapping keeps the code alive).
   Falls back to the cache directory when the temp directory is mounted noexec."""
-  directories = [tempfile.gettempdir()] + ([str(cache.folder("tmp"))] if cache.enabled() else [])
+  directories = [tempfile.gettempdir()] + ([str(tmp)] if cache.enabled() and (tmp := cache.trusted_folder("tmp")) else [])
   error: OSError | None = None
   for directory in directories:
     try:

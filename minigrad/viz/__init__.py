@@ -3,7 +3,8 @@ kernels whose source names their ops, and errors that point at the user's line.
 
 Input: what the other stages tell it through small guarded hooks: the scheduler's fusion decisions
 (`boundaries`), the user's source line of each tensor op (`source`, from Function.apply), and the engine's
-scheduling, rendering, compiling, BEAM search, kernel launches, TinyJit replays and errors. Output: `kernel boundary:`
+scheduling, rendering, compiling, BEAM search, kernel launches (with the CPU pool's per-thread part times,
+minigrad/runtime/cpu_pool.py), TinyJit replays and errors. Output: `kernel boundary:`
 lines at DEBUG>=3, comments in the shown source naming each block's op and line (`kernel_comments`), notes on errors
 (`errors`), a Chrome trace-event JSON (`trace`) and one self-contained HTML file (`report`, with `peaks`), written at exit.
 
@@ -50,7 +51,13 @@ def launched(kernel: Any, nbytes: int, start: float, seconds: float | None) -> N
   if profiling:
     args = {"flops": kernel.flops, "bytes": nbytes}
     if (parts := getattr(kernel.program, "parts", None)) is not None: args["cpu_pool_parts"] = parts(kernel.outer_loop, kernel.work)
-    trace.complete(kernel.name, "launch", start, end, track=f"{kernel.device} queue", **args)
+    pool_run = None
+    if (entry := getattr(kernel.program, "entry", None)) is not None:   # a CPU kernel: the pool timed its parts
+      from minigrad.runtime.cpu_pool import take_part_times
+      pool_run = take_part_times(entry, start)
+    # the launch span covers the pool call it made (`seconds` is timed from a little later than `start`)
+    trace.complete(kernel.name, "launch", start, end if pool_run is None else max(end, pool_run[1]), track=f"{kernel.device} queue", **args)
+    if pool_run is not None: trace.pool_parts(kernel.name, pool_run[2])
   if reporting: report.launched(kernel, nbytes, end - start)
 
 

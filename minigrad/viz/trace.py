@@ -2,7 +2,9 @@
 
 Input: spans the engine reports while `minigrad.viz.profiling` is on: scheduling, rendering, compiling, BEAM search and
 TinyJit's recorded calls and replays on the host track, and each kernel launch (a replay's too) on its device's queue
-track, with its name, FLOPs, bytes and (CPU) the number of parts the thread pool split it into. Output: `write(path)`, a {"traceEvents": [...]} file of complete
+track, with its name, FLOPs, bytes and (CPU) the number of parts the thread pool split it into; and for a CPU kernel,
+each part on the track of the pool thread that ran it (`pool_parts`, timed in minigrad/runtime/cpu_pool.c), inside
+the launch's span. Output: `write(path)`, a {"traceEvents": [...]} file of complete
 ("X") events in microseconds, with metadata ("M") events naming the process and the tracks.
 
 Format: the Trace Event Format (Chromium's catapult docs): X events carry ts and dur in microseconds, pid and tid
@@ -38,6 +40,18 @@ def complete(name: str, category: str, start: float, end: float | None = None, t
   tid = tracks.setdefault(track, len(tracks))
   events.append({"name": name, "cat": category, "ph": "X", "ts": round((start - _origin) * 1e6, 3),
                  "dur": round(max(end - start, 0.0) * 1e6, 3), "pid": os.getpid(), "tid": tid, "args": args})
+
+
+def pool_track(thread: int, caller: str) -> str:
+  """The track of CPU pool thread `thread`: 0 is whichever Python thread called the pool, the others are workers."""
+  return f"CPU pool thread 0 (caller: {caller})" if thread == 0 else f"CPU pool thread {thread}"
+
+
+def pool_parts(name: str, parts: list) -> None:
+  """The parts (cpu_pool.PartTime) of one launch of kernel `name`, each on its pool thread's track."""
+  for p in parts:
+    complete(name, "pool", p.start, p.end, track=pool_track(p.thread, p.caller), part=p.part, parts=p.parts,
+             iterations=f"{p.loop_start}..{p.loop_end}")
 
 
 def default_path() -> pathlib.Path:
