@@ -288,6 +288,43 @@ class Prod(Function):
     return grad.expand(x.shape) * others.cast(grad.dtype)
 
 
+# ---- matrix product ----
+def _product(x: Tensor, y: Tensor) -> Tensor:
+  """(..., n, k) @ (..., k, m): a broadcast multiply (..., n, m, k) summed over k, in the inputs' dtype."""
+  return (x.unsqueeze(-2) * y.transpose(-1, -2).unsqueeze(-3))._reduce(Ops.ADD, -1, False)
+
+def _sum_to(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+  """t summed over the dims `shape` broadcasts (size 1 there, or missing on the left), in t's dtype, as `shape`."""
+  padded = (1,) * (t.ndim - len(shape)) + tuple(shape)
+  axes = tuple(i for i, (have, want) in enumerate(zip(t.shape, padded)) if want == 1 and have != 1)
+  return (t._reduce(Ops.ADD, axes, True) if axes else t).reshape(shape)
+
+def _product_grad_x(grad: Tensor, y: Tensor, x_shape: tuple[int, ...]) -> Tensor:
+  """d(x @ y)/dx for the upstream `grad` (..., n, m): grad times y over (..., n, m, k), summed over m (and the
+  batch dims x was broadcast along), as the chain rule through _product's multiply would give it."""
+  return _sum_to(grad.unsqueeze(-1) * y.transpose(-1, -2).unsqueeze(-3), x_shape[:-1] + (1, x_shape[-1])).reshape(x_shape)
+
+def _product_grad_y(grad: Tensor, x: Tensor, y_shape: tuple[int, ...]) -> Tensor:
+  """d(x @ y)/dy: grad times x over (..., n, m, k), summed over n (and y's broadcast batch dims), transposed."""
+  y_t = y_shape[:-2] + (y_shape[-1], y_shape[-2])
+  return _sum_to(grad.unsqueeze(-1) * x.unsqueeze(-2), y_t[:-2] + (1,) + y_t[-2:]).reshape(y_t).transpose(-1, -2)
+
+class Matmul(Function):
+  """x @ y for x (..., n, k) and y (..., k, m), batch dims broadcast. The forward graph is built once per shapes and
+  dtypes and copied onto the inputs (a Template), and each gradient is one formula, templated too: a product is
+  a dozen view and ALU ops, and differentiating through them op by op costs as many Functions again."""
+  def forward(self, x: UOp, y: UOp) -> UOp:
+    self.x, self.y = x, y
+    return _template("matmul", _product, (x, y)).on((x, y))[0]
+  def backward(self, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    x, y = self.tensor(self.x), self.tensor(self.y)
+    dx = dy = None
+    if self.needs_grad[0]: (dx,) = templated(("matmul dx", x.shape), lambda g, b: _product_grad_x(g, b, x.shape), grad, y)
+    if self.needs_grad[1]: (dy,) = templated(("matmul dy", y.shape), lambda g, a: _product_grad_y(g, a, y.shape), grad, x)
+    # mixed dtypes multiply in the wider one: each gradient goes back in its input's dtype
+    return (dx if dx is None or dx.dtype == x.dtype else dx.cast(x.dtype)), (dy if dy is None or dy.dtype == y.dtype else dy.cast(y.dtype))
+
+
 # ---- functions given by a forward graph and a gradient formula (appended: the elementwise op surface) ----
 class Composite(Function):
   """A function whose forward is any graph of Tensor ops, built for accuracy (e.g. computed in float64, or

@@ -501,7 +501,7 @@ class MathMixin(UnaryMixin):
       dt = result_type(_operand(self), _operand(w))
       if dt in (dtypes.float16, dtypes.bfloat16): return self.cast(dtypes.float32).matmul(w.cast(dtypes.float32)).cast(dt)
     # sum in the inputs' dtype: int32 @ int32 stays int32 (as in torch), unlike sum() which widens ints
-    out = (x.unsqueeze(-2) * y.transpose(-1, -2).unsqueeze(-3))._reduce(Ops.ADD, -1, False)
+    out = F.Matmul.apply(x, y)
     if self.ndim == 1: out = out.squeeze(-2)
     if w.ndim == 1: out = out.squeeze(-1)
     return out
