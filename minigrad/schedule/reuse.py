@@ -20,47 +20,58 @@ the buffers the scheduler created, so it keeps no user's memory alive. The MAX_R
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
+from itertools import compress, repeat
+from operator import attrgetter, is_
 import math
 import time
 from minigrad.helpers import DEBUG
 from minigrad.uop.ops import UOp, Ops
 
 MAX_RECIPES = 256
+_op, _dtype, _arg, _src = attrgetter("op"), attrgetter("dtype"), attrgetter("arg"), attrgetter("src")
 
 
 class Structure:
-  """The nodes reachable from `roots` (stopping at BUFFERs) in a fixed walk order (depth-first, each node numbered
-  when first reached), and the key of the graph. With `realized` (scheduler.realized, a NodeTable: node -> the
+  """The nodes reachable from `roots` (down to the BUFFERs and their DEVICEs) in a fixed walk order (depth-first,
+  each node numbered when first reached), and the key of the graph. With `realized` (scheduler.realized, a NodeTable: node -> the
   buffer view holding its value), each node found there stands for that view, as if the graph had been rebuilt on
   it: `nodes` lists the view, and its position is the node's too."""
   def __init__(self, roots: list[UOp], realized: Any = None):
     index: dict[UOp, int] = {}
     nodes: list[UOp] = []
-    value_key = realized.key if realized else None   # no lookups while nothing was ever realized
+    buffers_at: list[int] = []   # positions of the BUFFER nodes
+    value_key = realized.key if realized else "_nothing_realized"   # the attribute holding a node's realized value
     BUFFER = Ops.BUFFER
     stack = list(reversed(roots))
     pop, push_all = stack.pop, stack.extend
     while stack:   # number the nodes
       node = pop()
       if node in index: continue
-      if value_key is not None and node.op is not BUFFER and (value := node.__dict__.get(value_key)) is not None:
+      if (value := getattr(node, value_key, None)) is not None and node.op is not BUFFER:
         if value not in index:
           index[value] = len(nodes)
+          if value.op is BUFFER: buffers_at.append(len(nodes))
+          push_all(value.src)
           nodes.append(value)
-          if value.op is not BUFFER: push_all(value.src)
         index[node] = index[value]
         continue
       index[node] = len(nodes)
+      if node.op is BUFFER: buffers_at.append(len(nodes))
+      push_all(node.src)
       nodes.append(node)
-      if node.op is not BUFFER: push_all(node.src)
-    position, copysign = index.__getitem__, math.copysign
-    # a BUFFER is a parameter: its dtype, device and size. An arg is tagged as in UOp's hash-consing key (True, 1
-    # and 1.0 are equal in Python, and so are 0.0 and -0.0).
-    entries = tuple([(BUFFER, n.dtype, n.src[0].arg, n.arg[1]) if n.op is BUFFER else
-                     (n.op, n.dtype, n.arg, (float, copysign(1.0, n.arg)) if isinstance(n.arg, float) else type(n.arg),
-                      tuple(map(position, n.src))) for n in nodes])
+    # the key's columns, each built by C loops (map, compress) rather than a Python loop per node: ops, dtypes,
+    # args, the args' types (True, 1 and 1.0 are equal in Python), the signs of float args (so are 0.0 and -0.0)
+    # and the sources' positions. A BUFFER is a parameter: its arg (a unique id and the size) counts as the size
+    # (its source, a DEVICE, is in the walk).
+    args = list(map(_arg, nodes))
+    for at in buffers_at: args[at] = args[at][1]
+    arg_types = tuple(map(type, args))
+    float_signs = tuple(map(math.copysign, repeat(1.0), compress(args, map(is_, arg_types, repeat(float)))))
+    sources = tuple(map(tuple, map(map, repeat(index.__getitem__), map(_src, nodes))))
+    entries = (tuple(map(_op, nodes)), tuple(map(_dtype, nodes)), tuple(args), arg_types, float_signs, sources)
     self.index, self.nodes = index, nodes
-    self.key = _Key((tuple(map(position, roots)), entries))
+    self.key = _Key((tuple(map(index.__getitem__, roots)), entries))
+
 
 
 class _Key:
