@@ -1,0 +1,111 @@
+"""The int8 arithmetic of quantized layers, written with public Tensor ops so every device runs it and the scheduler
+fuses it like any other graph.
+
+Input: float32 Tensors (activations), int8 Tensors (quantized weights) and float32 scales. Output: lazy Tensors.
+
+Symmetric int8 everywhere: a real value v is stored as q = round(v / scale) clipped to [-127, 127] (-128 is never
+produced, so a negated value still fits and int8 x int8 products stay within +-127*127), and read back as q * scale.
+Weights have one scale per output channel, activations one per tensor.
+
+The quantized matmul is int8 x int8 -> int32: both operands are cast to int32, multiplied and summed in int32 (a sum
+of K products of at most 127*127 overflows int32 only past K = 133,000, which `check_reduce_length` refuses). Then,
+in the same kernel as the sum (the scheduler fuses elementwise ops after a reduce into it): cast to float32, times
+input scale * weight scale, plus bias, and whatever elementwise op the caller applies next (a ReLU; the next layer's
+requantization when its input scale is fixed).
+"""
+from __future__ import annotations
+import numpy as np
+from minigrad.dtype import dtypes
+from minigrad.tensor import Tensor
+from minigrad.nn import functional
+
+QMAX = 127   # symmetric int8 range [-127, 127]
+MAX_REDUCE_LENGTH = (2**31 - 1) // (QMAX * QMAX)   # products summed before an int32 sum could overflow
+
+
+def weight_scales(weight: np.ndarray) -> np.ndarray:
+  """Per-output-channel (dim 0) scales of a float weight: max |w| of the channel / 127; an all-zero channel gets 1
+  (any scale represents it exactly, and dividing by 0 is avoided)."""
+  peak = np.abs(weight.reshape(weight.shape[0], -1)).max(axis=1) if weight.size else np.zeros(weight.shape[0])
+  return np.where(peak > 0, peak / QMAX, 1.0).astype(np.float32)
+
+
+def quantize_weight(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(int8 weight, float32 per-output-channel scales) of a float weight of any rank (output channels in dim 0)."""
+  scales = weight_scales(weight)
+  shaped = scales.reshape((-1,) + (1,) * (weight.ndim - 1))
+  quantized = np.clip(np.rint(weight / shaped), -QMAX, QMAX).astype(np.int8)   # rint: half to even, as torch
+  return quantized, scales
+
+
+def quantize_activation(x: Tensor, scale: Tensor) -> Tensor:
+  """x / scale rounded (half up) and clipped to [-127, 127], as int8. `scale` is a Tensor of one element (a calibrated
+  constant or the batch's own). Rounding: +128.5 makes every value positive, so the cast to int32 (truncation) is
+  floor(v + 0.5); -128 brings it back. It costs a handful of ops per element where round() (half to even) costs
+  a dozen, and multiplying by the reciprocal and max/min build small graphs where / and clip() build large ones (the
+  graph is built on every eager call). NaN in x gives an unspecified int8 (C leaves the cast undefined)."""
+  clipped = (x.float() * scale.reciprocal()).maximum(-QMAX).minimum(QMAX)
+  return ((clipped + (QMAX + 1.5)).cast(dtypes.int32) - (QMAX + 1)).cast(dtypes.int8)
+
+
+def dynamic_scale(x: Tensor) -> Tensor:
+  """The scale of a batch quantized on its own (torch's quantize_dynamic): max |x| / 127, as a 1-element Tensor. An
+  all-zero batch gets a tiny scale (1e-30 / 127), which quantizes it to zeros, as any scale would."""
+  return x.float().abs().max().reshape(1).maximum(1e-30) * (1 / QMAX)
+
+
+def check_reduce_length(length: int, what: str) -> None:
+  if length > MAX_REDUCE_LENGTH:
+    raise ValueError(f"{what}: {length} products per output could overflow the int32 sum (at most {MAX_REDUCE_LENGTH})")
+
+
+def int8_matmul(x_q: Tensor, weight_q: Tensor) -> Tensor:
+  """(..., K) int8 @ (N, K).T int8 -> (..., N) int32, exact: both cast to int32, multiplied and summed in int32."""
+  if x_q.dtype != dtypes.int8 or weight_q.dtype != dtypes.int8:
+    raise TypeError(f"int8_matmul: expected int8 operands, got {x_q.dtype} {x_q.shape} and {weight_q.dtype} {weight_q.shape}")
+  if x_q.ndim == 0 or weight_q.ndim != 2 or x_q.shape[-1] != weight_q.shape[1]:
+    raise ValueError(f"int8_matmul: input {x_q.shape} and weight {weight_q.shape} don't match: expected (..., K) and (N, K)")
+  check_reduce_length(weight_q.shape[1], "int8_matmul")
+  return x_q.cast(dtypes.int32).matmul(weight_q.cast(dtypes.int32).T)   # matmul sums in its operands' dtype: int32
+
+
+def dequantize_output(accumulated: Tensor, output_scale: Tensor, bias: Tensor | None, channel_axis: int = -1) -> Tensor:
+  """The float32 result of an integer sum: accumulated * output_scale (per output channel, along `channel_axis`)
+  plus bias. Elementwise: it fuses into the kernel that computed `accumulated`."""
+  shape = [1] * accumulated.ndim
+  shape[channel_axis] = -1
+  out = accumulated.cast(dtypes.float32) * output_scale.reshape(shape)
+  return out + bias.reshape(shape) if bias is not None else out
+
+
+def int8_linear(x: Tensor, weight_q: Tensor, weight_scale: Tensor, bias: Tensor | None, input_scale: Tensor | None) -> Tensor:
+  """A quantized Linear: x quantized with `input_scale` (None: the batch's own, dynamic) then int8 @ int8 -> int32,
+  dequantized with input_scale * weight_scale, plus bias: float32 (..., N)."""
+  scale = dynamic_scale(x) if input_scale is None else input_scale
+  accumulated = int8_matmul(quantize_activation(x, scale), weight_q)
+  return dequantize_output(accumulated, scale * weight_scale, bias)
+
+
+def int8_conv2d(x: Tensor, weight_q: Tensor, weight_scale: Tensor, bias: Tensor | None, input_scale: Tensor | None,
+                stride, padding, dilation, groups: int) -> Tensor:
+  """A quantized Conv2d: x quantized as in int8_linear, convolved with the int8 weight in integers, dequantized.
+  The convolution (nn.conv) sums integer products as Tensor.sum does, in int64 (as torch): exact all the same."""
+  scale = dynamic_scale(x) if input_scale is None else input_scale
+  check_reduce_length(int(np.prod(weight_q.shape[1:])), "int8_conv2d")
+  x_q = quantize_activation(x, scale)
+  accumulated = functional.conv2d(x_q.cast(dtypes.int32), weight_q.cast(dtypes.int32), None, stride, padding, dilation, groups)
+  return dequantize_output(accumulated, scale * weight_scale, bias, channel_axis=1 if accumulated.ndim == 4 else 0)
+
+
+def weight_only_linear(x: Tensor, weight_q: Tensor, weight_scale: Tensor, bias: Tensor | None) -> Tensor:
+  """x (float) @ int8 weight.T: the weight is cast to float32 where the matmul loads it (1 byte per weight read
+  from memory instead of 4), the per-channel scale applied once per output after the sum."""
+  out = x.float().matmul(weight_q.cast(dtypes.float32).T) * weight_scale
+  return out + bias if bias is not None else out
+
+
+def weight_only_conv2d(x: Tensor, weight_q: Tensor, weight_scale: Tensor, bias: Tensor | None, stride, padding, dilation,
+                       groups: int) -> Tensor:
+  """A Conv2d whose int8 weight is cast to float32 inside the convolution, scaled per output channel after the sum."""
+  out = functional.conv2d(x.float(), weight_q.cast(dtypes.float32), None, stride, padding, dilation, groups)
+  return dequantize_output(out, weight_scale, bias, channel_axis=1 if out.ndim == 4 else 0)

@@ -1,0 +1,224 @@
+"""Tests of minigrad.quantize: the int8 matmul is exact against numpy's integer product; quantized layers and models
+(static, percentile, dynamic, weight-only) stay close to their float models; the dequantization and a following
+ReLU run in the matmul's kernel; quantized models round-trip through safetensors; every error names its cause.
+
+Input: minigrad.quantize, examples/mnist_mlp.py's MLP and examples/gpt.py's GPT (imported, not edited). Output:
+pass/fail on the default device (DEV=CPU|LLVM|CL|PYTHON). Small shapes so the file runs in a few seconds.
+"""
+from __future__ import annotations
+from pathlib import Path
+import sys
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import gpt  # noqa: E402
+from mnist_mlp import MLP  # noqa: E402
+from minigrad import Tensor, dtypes, nn  # noqa: E402
+from minigrad.schedule.scheduler import create_schedule  # noqa: E402
+from minigrad.quantize import (QMAX, QuantizedConv2d, QuantizedLinear, WeightOnlyLinear, int8_matmul, load_quantized,  # noqa: E402
+                               quantize, quantize_weight, replace_layers, save_quantized)
+from minigrad.quantize.kernels import int8_linear  # noqa: E402
+
+
+def rng(seed: int = 0) -> np.random.Generator: return np.random.default_rng(seed)
+
+
+def batches(count: int, shape: tuple[int, ...], seed: int = 1) -> list[np.ndarray]:
+  generator = rng(seed)
+  return [generator.standard_normal(shape).astype(np.float32) for _ in range(count)]
+
+
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+  return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+class SmallCNN:
+  """Conv2d -> ReLU -> Conv2d (stride 2, groups 2) -> ReLU -> flatten -> Linear: both conv layouts a model uses."""
+  def __init__(self):
+    Tensor.manual_seed(3)
+    self.conv1 = nn.Conv2d(2, 4, 3, padding=1)
+    self.conv2 = nn.Conv2d(4, 4, 3, stride=2, groups=2, bias=False)
+    self.head = nn.Linear(4 * 2 * 2, 5)
+
+  def __call__(self, x: Tensor) -> Tensor:
+    x = self.conv2(self.conv1(x).relu()).relu()
+    return self.head(x.flatten(1))
+
+
+def mlp() -> MLP:
+  Tensor.manual_seed(0)
+  return MLP(24, (32, 16), num_classes=5)
+
+
+# ---------------------------------------------------------------- kernels
+
+def test_int8_matmul_is_exact() -> None:
+  """int8 x int8 -> int32, the whole int8 range (-128 too), an odd K and a batch dim: numpy's integer product."""
+  a = rng().integers(-128, 128, (2, 5, 67)).astype(np.int8)
+  w = rng(1).integers(-128, 128, (9, 67)).astype(np.int8)
+  out = int8_matmul(Tensor(a), Tensor(w))
+  assert out.dtype == dtypes.int32
+  np.testing.assert_array_equal(out.numpy(), a.astype(np.int32) @ w.astype(np.int32).T)
+
+
+def test_int8_linear_matches_numpy_with_relu() -> None:
+  """quantize x with a fixed scale, integer matmul, scale, bias, ReLU: numpy doing the same steps."""
+  x = rng().standard_normal((6, 40)).astype(np.float32)
+  w_q = rng(1).integers(-127, 128, (7, 40)).astype(np.int8)
+  w_scale = (rng(2).random(7) * 0.01 + 0.001).astype(np.float32)
+  bias = rng(3).standard_normal(7).astype(np.float32)
+  x_scale = np.float32(np.abs(x).max() / QMAX)
+  out = int8_linear(Tensor(x), Tensor(w_q), Tensor(w_scale), Tensor(bias), Tensor(np.array([x_scale]))).relu().numpy()
+  scaled = np.clip(x / x_scale, -QMAX, QMAX)
+  x_q = np.floor(scaled + 0.5).astype(np.int32)   # half up
+  want = np.maximum((x_q @ w_q.astype(np.int32).T).astype(np.float32) * (x_scale * w_scale) + bias, 0)
+  np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_weight_quantization_is_per_output_channel() -> None:
+  w = rng().standard_normal((4, 10)).astype(np.float32) * np.array([[1], [10], [0.01], [0]], np.float32)
+  w_q, scales = quantize_weight(w)
+  assert w_q.dtype == np.int8 and scales.shape == (4,)
+  np.testing.assert_allclose(scales[:3], np.abs(w[:3]).max(axis=1) / QMAX, rtol=1e-6)
+  assert scales[3] == 1.0 and not w_q[3].any()   # an all-zero channel
+  assert (np.abs(w_q[:3]).max(axis=1) == QMAX).all()
+  assert (np.abs(w_q * scales[:, None] - w) <= scales[:, None] / 2 + 1e-7).all()
+
+
+def test_dequantize_and_relu_fuse_into_the_matmul_kernel() -> None:
+  """A static quantized Linear is two kernels (quantize the input; int8 matmul with its float epilogue), with or
+  without a ReLU after it: the ReLU adds no kernel."""
+  model = mlp()
+  layer = quantize(model, batches(2, (4, 24)))
+  x = Tensor(batches(1, (4, 24), seed=5)[0])
+  first = layer.layers[0]
+  plain, _, _ = create_schedule([first(x).uop])
+  with_relu, _, _ = create_schedule([first(x).relu().uop])
+  assert len(plain) == len(with_relu) == 2
+
+
+def test_static_mlp_requantizes_inside_the_previous_kernel() -> None:
+  """examples/mnist_mlp.py's MLP (784-256-128-10, batch 128), static: 4 kernels, the input's quantization, then one
+  per layer, each ending with its dequantization, the ReLU and the next layer's requantization (no kernel of its own
+  between layers). Only scheduled, not run; the input scales are set by hand instead of calibrated."""
+  Tensor.manual_seed(0)
+  model = MLP(784)
+  quantized = replace_layers(model, lambda path, obj: QuantizedLinear.from_float(obj, path, "static", 0.05) if isinstance(obj, nn.Linear) else None)
+  items, _, _ = create_schedule([quantized(Tensor.ones(128, 784)).uop])
+  assert len(items) == len(model.layers) + 1
+
+
+# ---------------------------------------------------------------- models
+
+@pytest.mark.parametrize("mode, percentile", [("static", None), ("static", 99.9), ("dynamic", None), ("weight", None)])
+def test_quantized_mlp_is_close_to_float(mode: str, percentile: float | None) -> None:
+  model = mlp()
+  quantized = quantize(model, batches(3, (16, 24)) if mode == "static" else None, mode=mode, percentile=percentile)
+  x = batches(1, (8, 24), seed=7)[0]
+  want = model(Tensor(x)).numpy()
+  assert relative_error(quantized(Tensor(x)).numpy(), want) < 0.05
+  expected = WeightOnlyLinear if mode == "weight" else QuantizedLinear
+  assert all(type(layer) is expected for layer in quantized.layers)
+  assert all(type(layer) is nn.Linear for layer in model.layers)   # the float model is left as it was
+  if mode == "static": assert quantized.layers[0].input_scale.shape == (1,)
+
+
+def test_percentile_scale_is_below_the_max_scale() -> None:
+  model = mlp()
+  data = batches(2, (32, 24))
+  by_max, by_percentile = quantize(model, data), quantize(model, data, percentile=99.0)
+  assert by_percentile.layers[0].input_scale.item() < by_max.layers[0].input_scale.item()
+  np.testing.assert_allclose(by_max.layers[0].input_scale.item(), max(np.abs(b).max() for b in data) / QMAX, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic", "weight"])
+def test_quantized_cnn_is_close_to_float(mode: str) -> None:
+  model = SmallCNN()
+  quantized = quantize(model, batches(2, (3, 2, 6, 6)) if mode == "static" else None, mode=mode)
+  assert isinstance(quantized.conv2, QuantizedConv2d) and quantized.conv2.groups == 2
+  x = batches(1, (2, 2, 6, 6), seed=9)[0]
+  assert relative_error(quantized(Tensor(x)).numpy(), model(Tensor(x)).numpy()) < 0.05
+
+
+def test_weight_only_gpt_logits_stay_close() -> None:
+  """examples/gpt.py's model with weight-only int8 Linears: the embeddings (and the tied output) stay float."""
+  model = gpt.GPT(gpt.GPTConfig(vocab_size=11, context=8, layers=2, heads=2, width=16), seed=0)
+  quantized = quantize(model, mode="weight")
+  assert all(isinstance(getattr(b, name), WeightOnlyLinear) for b in quantized.blocks for name in ("qkv", "proj", "up", "down"))
+  assert quantized.token_embedding is model.token_embedding
+  tokens = Tensor(rng().integers(0, 11, (2, 8)).astype(np.int32))
+  want = model(tokens).numpy()
+  assert relative_error(quantized(tokens).numpy(), want) < 0.02
+
+
+# ---------------------------------------------------------------- saving and loading
+
+@pytest.mark.parametrize("mode", ["static", "weight"])
+def test_save_and_load_round_trip(tmp_path: Path, mode: str) -> None:
+  from safetensors.numpy import load_file
+  model = SmallCNN()
+  quantized = quantize(model, batches(2, (3, 2, 6, 6)) if mode == "static" else None, mode=mode)
+  path = tmp_path / "cnn.safetensors"
+  save_quantized(quantized, path)
+  stored = load_file(str(path))
+  assert stored["conv1.weight"].dtype == np.int8 and stored["head.weight_scale"].shape == (5,)
+  assert ("conv1.input_scale" in stored) == (mode == "static")
+  loaded = load_quantized(SmallCNN(), path)
+  x = Tensor(batches(1, (2, 2, 6, 6), seed=9)[0])
+  np.testing.assert_array_equal(loaded(x).numpy(), quantized(x).numpy())
+
+
+def test_load_into_another_architecture_fails(tmp_path: Path) -> None:
+  path = tmp_path / "mlp.safetensors"
+  save_quantized(quantize(mlp(), mode="dynamic"), path)
+  with pytest.raises(RuntimeError, match="size mismatch|missing|unexpected|no layer"):
+    load_quantized(MLP(24, (8,), num_classes=5), path)
+
+
+# ---------------------------------------------------------------- errors
+
+def test_unsupported_layer_is_named() -> None:
+  with pytest.raises(TypeError, match="Embedding"):
+    quantize(mlp(), batches(1, (4, 24)), layers=(nn.Linear, nn.Embedding))
+
+
+def test_model_without_layers_is_refused() -> None:
+  with pytest.raises(ValueError, match="found no Linear or Conv2d"):
+    quantize(nn.LayerNorm(4), mode="dynamic")
+
+
+@pytest.mark.parametrize("calibration", [None, []])
+def test_static_mode_needs_calibration_batches(calibration) -> None:
+  with pytest.raises(ValueError, match="calibration"):
+    quantize(mlp(), calibration)
+
+
+def test_nan_in_calibration_batch_is_named() -> None:
+  data = batches(3, (4, 24))
+  data[2][1, 3] = np.nan
+  with pytest.raises(ValueError, match="batch 2 contains NaN"):
+    quantize(mlp(), data)
+
+
+def test_nan_inside_the_model_names_the_layer() -> None:
+  model = mlp()
+  model.layers[1].bias = Tensor(np.full(16, np.nan, np.float32))   # layers.2 sees NaN during calibration
+  with pytest.raises(ValueError, match="layers.2"):
+    quantize(model, batches(1, (4, 24)))
+
+
+def test_nan_in_weight_names_the_layer() -> None:
+  model = mlp()
+  weight = model.layers[0].weight.numpy()
+  weight[0, 0] = np.nan
+  model.layers[0].weight = Tensor(weight)
+  with pytest.raises(ValueError, match=r"layers\.0.*NaN"):
+    quantize(model, mode="weight")
+
+
+@pytest.mark.parametrize("kwargs, message", [(dict(mode="int4"), "mode"), (dict(percentile=0), "percentile"),
+                                             (dict(mode="dynamic", percentile=99.0), "percentile")])
+def test_bad_arguments(kwargs: dict, message: str) -> None:
+  with pytest.raises(ValueError, match=message):
+    quantize(mlp(), batches(1, (4, 24)), **kwargs)
