@@ -266,6 +266,33 @@ def test_cross_entropy_probabilities_ignore_index_and_spatial():
         TF.cross_entropy(torch.tensor(spatial), torch.tensor(spatial_labels, dtype=torch.long), reduction="none"))
 
 
+@pytest.mark.parametrize("shape", [(5,), (4, 5), (2, 3, 2, 2)], ids=["1d", "2d", "spatial"])
+@pytest.mark.parametrize("target_kind", ["indices", "probabilities"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_cross_entropy_gradients_match_torch(shape, target_kind, reduction, smoothing):
+  # the loss's gradient is a formula beside its forward graph: every layout, target kind and reduction against torch,
+  # twice (the second call copies the graphs built by the first), with an ignored item among the class indices
+  class_axis = 0 if len(shape) == 1 else 1
+  rest = shape[:class_axis] + shape[class_axis + 1:]
+  rng = np.random.default_rng(5)
+  for _ in range(2):
+    logits = randn(*shape, seed=int(rng.integers(1000)), scale=2.0)
+    if target_kind == "indices":
+      labels = rng.integers(0, shape[class_axis], rest).astype(np.int32)
+      if labels.size > 1: labels.reshape(-1)[1] = -100
+      target, torch_target = Tensor(labels), torch.tensor(labels, dtype=torch.long)
+    else:
+      probs = TF.softmax(torch.tensor(randn(*shape, seed=int(rng.integers(1000)))), class_axis).numpy()
+      target, torch_target = Tensor(probs), torch.tensor(probs)
+    x, tx = leaf_pair(logits)
+    loss = F.cross_entropy(x, target, label_smoothing=smoothing, reduction=reduction)
+    expected = TF.cross_entropy(tx, torch_target, label_smoothing=smoothing, reduction=reduction)
+    close(loss, expected, atol=1e-5, rtol=1e-4)
+    backward_both(loss, expected) if reduction == "none" else (loss.backward(), expected.backward())
+    close(x.grad, tx.grad, atol=1e-5, rtol=1e-4)
+
+
 def test_sparse_categorical_crossentropy_and_large_logits():
   logits = randn(3, 4) * 1000   # naive softmax would overflow
   labels = np.array([3, -1, 1], dtype=np.int32)

@@ -14,7 +14,8 @@ from typing import Sequence
 import math
 import numpy as np
 from minigrad.dtype import dtypes
-from minigrad.function import Composite
+from minigrad.function import Composite, templated
+from minigrad.helpers import prod
 from minigrad.tensor import Tensor
 from minigrad.nn.state import assign
 from minigrad.nn.conv import ArgumentError, IntOrPair, sliding_windows, conv, conv_transpose, max_pool, max_unpool, avg_pool
@@ -385,30 +386,61 @@ def cross_entropy(logits: Tensor, target: Tensor, label_smoothing: float = 0.0, 
   """torch.nn.functional.cross_entropy. logits: (C,), (N, C) or (N, C, d1, ...), class axis 1 (0 for 1-d).
   target: integer class indices of logits' shape without the class axis (entries equal to ignore_index are
   skipped and not counted by 'mean'), or float class probabilities of logits' shape. With label_smoothing e the
-  target distribution becomes (1-e)*target + e/C. Uses a max-shifted log-softmax, so large logits stay finite."""
+  target distribution becomes (1-e)*target + e/C. Uses a max-shifted log-softmax, so large logits stay finite.
+  With float32/float64 logits the loss is one Function: its graph is built once per shapes and copied (a
+  template), and its gradient is the formula softmax * sum(target) - target (no chain rule through the softmax)."""
   if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
   if logits.ndim == 0: raise ValueError(f"cross_entropy: logits must have a class dimension, got shape {logits.shape}")
+  if reduction not in ("mean", "sum", "none"): raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
   class_axis = 0 if logits.ndim == 1 else 1
-  classes = logits.shape[class_axis]
-  log_probs = _class_last(logits).log_softmax(-1)
-  ignored_count: Tensor | None = None
   if dtypes.is_int(target.dtype):
     expected = logits.shape[:class_axis] + logits.shape[class_axis + 1:]
     if target.shape != expected:
       raise ValueError(f"cross_entropy: logits of shape {logits.shape} need class-index target of shape {expected}, "
                        f"got target of shape {target.shape}")
-    kept = target.ne(ignore_index)
-    dist = one_hot(target, classes).cast(log_probs.dtype)
-    if label_smoothing: dist = dist * (1 - label_smoothing) + kept.unsqueeze(-1).where(label_smoothing / classes, 0.0)
-    ignored_count = kept.cast(log_probs.dtype).sum()
   elif dtypes.is_float(target.dtype):
     if target.shape != logits.shape:
       raise ValueError(f"cross_entropy: logits of shape {logits.shape} and probability target of shape {target.shape} must match")
-    dist = _class_last(target).cast(log_probs.dtype)
-    if label_smoothing: dist = dist * (1 - label_smoothing) + label_smoothing / classes
   else: raise TypeError(f"cross_entropy: target must hold class indices (int) or probabilities (float), got {target.dtype}")
-  per_item = -(dist * log_probs).sum(-1)
-  return _reduce_loss(per_item, reduction, ignored_count)
+  options = (label_smoothing, reduction, ignore_index)
+  if logits.dtype not in (dtypes.float32, dtypes.float64): return _cross_entropy(logits, target, *options)
+  return Composite.apply(logits, target, fn=lambda z, t: _cross_entropy(z, t, *options), key=("cross_entropy",) + options,
+                         gradient=lambda grad, loss, z, t: (_cross_entropy_gradient(grad, z, t, options), None))
+
+
+def _target_distribution(log_probs: Tensor, target: Tensor, label_smoothing: float, ignore_index: int) -> tuple[Tensor, Tensor | None]:
+  """The target as a distribution over the last axis of log_probs (one-hot for class indices, smoothed), and for
+  class indices the number of items not ignored."""
+  classes = log_probs.shape[-1]
+  if dtypes.is_float(target.dtype):
+    dist = _class_last(target).cast(log_probs.dtype)
+    return (dist * (1 - label_smoothing) + label_smoothing / classes if label_smoothing else dist), None
+  kept = target.ne(ignore_index)
+  dist = one_hot(target, classes).cast(log_probs.dtype)
+  if label_smoothing: dist = dist * (1 - label_smoothing) + kept.unsqueeze(-1).where(label_smoothing / classes, 0.0)
+  return dist, kept.cast(log_probs.dtype).sum()
+
+
+def _cross_entropy(logits: Tensor, target: Tensor, label_smoothing: float, reduction: str, ignore_index: int) -> Tensor:
+  log_probs = _class_last(logits).log_softmax(-1)
+  dist, kept_count = _target_distribution(log_probs, target, label_smoothing, ignore_index)
+  return _reduce_loss(-(dist * log_probs).sum(-1), reduction, kept_count)
+
+
+def _cross_entropy_gradient(grad: Tensor, logits: Tensor, target: Tensor, options: tuple) -> Tensor:
+  """d loss / d logits: per item, softmax * sum(target distribution) - target distribution, times the upstream
+  gradient of the item (divided by the count for 'mean'), built once per shapes like the forward."""
+  def formula(grad: Tensor, logits: Tensor, target: Tensor) -> Tensor:
+    label_smoothing, reduction, ignore_index = options
+    log_probs = _class_last(logits).log_softmax(-1)   # the forward's nodes: built alike on the same inputs
+    dist, kept_count = _target_distribution(log_probs, target, label_smoothing, ignore_index)
+    per_item = log_probs.exp() * dist.sum(-1, keepdim=True) - dist
+    if reduction == "none": upstream = grad.unsqueeze(-1)
+    elif reduction == "sum": upstream = grad
+    else: upstream = grad / (kept_count if kept_count is not None else prod(per_item.shape[:-1]))
+    out = per_item * upstream
+    return out if logits.ndim <= 2 else out.permute((0, out.ndim - 1) + tuple(range(1, out.ndim - 1)))   # class axis back to 1
+  return templated(("cross_entropy gradient",) + options, formula, grad, logits, target)[0]
 
 
 def nll_loss(log_probs: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
