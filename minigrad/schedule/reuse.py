@@ -83,10 +83,11 @@ class _Key:
   def __eq__(self, other: object) -> bool: return isinstance(other, _Key) and self.hash == other.hash and self.entries == other.entries
 
 
-# a value of the schedule's results, relative to a graph: ("node", position in the walk), ("buffer", slot) or
-# ("view", slot, dtype, ShapeTracker) for a VIEW of a buffer; a slot >= 0 is a position in the walk (a BUFFER of
-# the graph), a slot < 0 a buffer the scheduler created (-1 - its index in Recipe.new_buffers)
-Value = tuple
+# A slot names a node of a replayed graph: a slot >= 0 is a position in the walk (a BUFFER of the graph, or any node
+# for a value), a slot < 0 a buffer the scheduler created (-1 - its index in Recipe.new_buffers). Replay lays them
+# out in one list, the walk's nodes followed by the created buffers in reverse, so that a slot is its index there.
+# A value of the schedule's results is a slot, or (slot, dtype, ShapeTracker) for a VIEW of a buffer.
+Value = int | tuple
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,9 @@ def record(structure: Structure, items: list, becomes: list[UOp], stored: dict[U
     return new_slots[buffer]
 
   def value(u: UOp) -> Value | None:
-    if u in structure.index: return ("node", structure.index[u])
-    if u.op is Ops.BUFFER: return ("buffer", slot(u))
-    if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER: return ("view", slot(u.src[0]), u.dtype, u.arg)
+    if u in structure.index: return structure.index[u]
+    if u.op is Ops.BUFFER: return slot(u)
+    if u.op is Ops.VIEW and u.src[0].op is Ops.BUFFER: return (slot(u.src[0]), u.dtype, u.arg)
     return None
 
   recipe_items = tuple((item.ast, tuple(slot(b) for b in item.bufs), item.outputs) for item in items)
@@ -136,16 +137,12 @@ def replay(structure: Structure, make_item: Callable[..., Any]) -> tuple[list, l
   recipes[structure.key] = recipe   # the most recently used last
   start = time.perf_counter()
   nodes = structure.nodes
-  created = [UOp.new_buffer(device, size, dtype) for device, size, dtype in recipe.new_buffers]
+  slots = nodes + [UOp.new_buffer(device, size, dtype) for device, size, dtype in reversed(recipe.new_buffers)]
+  node_at = slots.__getitem__
 
-  def buffer(slot: int) -> UOp: return nodes[slot] if slot >= 0 else created[-1 - slot]
+  def value(v: Value) -> UOp: return slots[v] if v.__class__ is int else UOp(Ops.VIEW, v[1], (slots[v[0]],), v[2])
 
-  def value(v: Value) -> UOp:
-    if v[0] == "node": return nodes[v[1]]
-    if v[0] == "buffer": return buffer(v[1])
-    return UOp(Ops.VIEW, v[2], (buffer(v[1]),), v[3])
-
-  items = [make_item(ast, tuple(buffer(s) for s in slots), outputs) for ast, slots, outputs in recipe.items]
+  items = [make_item(ast, tuple(map(node_at, buffers)), outputs) for ast, buffers, outputs in recipe.items]
   becomes = [value(v) for v in recipe.becomes]
   stored = {nodes[position]: value(v) for position, v in recipe.stored}
   recipe.uses[0] += 1
