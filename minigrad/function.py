@@ -315,7 +315,8 @@ class Matmul(Function):
   a dozen view and ALU ops, and differentiating through them op by op costs as many Functions again."""
   def forward(self, x: UOp, y: UOp) -> UOp:
     self.x, self.y = x, y
-    return _template("matmul", _product, (x, y)).on((x, y))[0]
+    # while source lines are captured (VIZ, PROFILE, DEBUG>=3) op by op: kernels then name the product's multiply
+    return _build(_product, (x, y))[0] if viz.capturing else _template("matmul", _product, (x, y)).on((x, y))[0]
   def backward(self, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
     x, y = self.tensor(self.x), self.tensor(self.y)
     dx = dy = None

@@ -128,3 +128,39 @@ def test_primitives_built_from_templates_match_torch(dtype):
       got = getattr(Tensor(arg), name)().numpy().astype(np.float64)
       expected = getattr(torch.tensor(arg).float(), name)().to(getattr(torch, dtype)).double().numpy()
       np.testing.assert_allclose(got, expected, rtol=2e-3 if dtype == "float16" else 2e-6, atol=1e-7, err_msg=name)
+
+
+def test_a_schedule_run_again_is_one_batch_on_the_new_buffers(monkeypatch):
+  # minigrad/engine/batched.py: from the second run on, the kernels of a schedule run as one thread-pool call; each
+  # run must read its own inputs and write its own outputs (a stale address would give the last step's numbers)
+  from minigrad.engine import batched
+  monkeypatch.setattr(batched, "batches", {})
+  def program(a, b): return (((a @ b).relu() + 1).sum(1), (a * b[0]).exp().sum(0))
+  runs = []
+  for seed in range(4):
+    a, b = data(16, 24, seed=seed), data(24, 24, seed=seed + 7)
+    GlobalCounters.reset()
+    got = Tensor.realize(*program(Tensor(a), Tensor(b)))
+    runs.append(GlobalCounters.kernel_count)
+    for mine, expected in zip(program(Tensor(a), Tensor(b)), program(torch.tensor(a), torch.tensor(b))):
+      np.testing.assert_allclose(mine.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+  assert runs[0] >= 2 and len(set(runs)) == 1, runs   # every kernel ran (and was counted) every time
+  kept = [b for b in batched.batches.values() if b is not None]
+  assert kept or Tensor(0).device != "CPU", batched.batches   # CPU kernels are batched; other devices launch one by one
+
+
+def test_a_batched_schedule_on_buffers_of_another_size_runs_kernel_by_kernel(monkeypatch):
+  from minigrad.engine import batched
+  monkeypatch.setattr(batched, "batches", {})
+  def program(t):
+    outs = (t * 3, (t + 1).max())
+    Tensor.realize(*outs)
+    return outs
+  for seed in range(2):
+    GlobalCounters.reset()
+    program(Tensor(data(64, seed=seed)))
+    assert GlobalCounters.kernel_count >= 2   # a schedule of several kernels: batched from its second run
+  big = data(80, seed=2)
+  scaled, top = program(Tensor(big).shrink(((0, 64),)))   # the same kernel ASTs over a larger buffer
+  np.testing.assert_allclose(scaled.numpy(), big[:64] * 3, rtol=1e-6)
+  np.testing.assert_allclose(top.numpy(), big[:64].max() + 1, rtol=1e-6)

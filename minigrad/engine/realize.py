@@ -7,7 +7,9 @@ also kept on disk.
 
 `buffers` maps each BUFFER node of the tensor graph to its runtime Buffer. It is a documented cache kept on the
 nodes (a NodeTable): when no graph mentions a BUFFER node any more, its memory is freed. Intermediates of a schedule that no
-graph mentions after it share memory (minigrad/engine/memory.py). With PROFILE=1 or VIZ=1 (minigrad/viz/) every launch
+graph mentions after it share memory (minigrad/engine/memory.py). A schedule that ran before (the same kernels in the
+same order: an eager training loop's step) runs as one call into the CPU thread pool (minigrad/engine/batched.py).
+With PROFILE=1 or VIZ=1 (minigrad/viz/) every launch
 is timed (it waits for the device) and recorded, and rendering, compiling and BEAM search are traced; while source lines
 are captured, the source shown (DEBUG>=4, the report) carries comments naming each block's op (`commented`). An error
 while compiling or running a kernel gets a note naming its ops and the user's lines (minigrad/viz/errors.py). TinyJit's
@@ -16,6 +18,7 @@ hooks close the file.
 from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
+from operator import attrgetter
 import atexit
 import functools
 import time
@@ -28,7 +31,7 @@ from minigrad.opt.heuristics import hand_coded_optimizations
 from minigrad.codegen.linearizer import linearize_for
 from minigrad.runtime.device import Buffer, Device, disk_cache_enabled
 from minigrad.engine.memory import MemoryPlan, plan_memory
-from minigrad.engine import kernel_cache
+from minigrad.engine import batched, kernel_cache
 from minigrad import viz
 from minigrad.viz import boundaries, errors, kernel_comments, trace
 
@@ -37,11 +40,14 @@ failed_buffers = NodeTable("failed")    # outputs of a schedule that failed befo
 
 
 def buffer_of(node: UOp) -> Buffer:
-  """The runtime Buffer behind a BUFFER node (created, not yet allocated, on first use)."""
-  if node.op is not Ops.BUFFER: raise ValueError(f"expected a BUFFER node, got {node.op}")
-  if failed_buffers and node in failed_buffers:
+  """The runtime Buffer behind a BUFFER node (created, not yet allocated, on first use). Called for every buffer of
+  every launch: it reads both tables' entries from the node's __dict__ (where NodeTable keeps them) directly."""
+  values = node.__dict__
+  if failed_buffers.ever and failed_buffers.key in values:
     raise RuntimeError("this tensor has no value: the kernels that should have computed it failed (see the earlier error)")
-  if (buf := buffers.get(node)) is None: buf = buffers[node] = Buffer(node.device, node.arg[1], node.dtype)
+  if (buf := values.get(buffers.key)) is None:   # only BUFFER nodes get one
+    if node.op is not Ops.BUFFER: raise ValueError(f"expected a BUFFER node, got {node.op}")
+    buf = buffers[node] = Buffer(node.device, node.arg[1], node.dtype)
   return buf
 
 
@@ -241,12 +247,27 @@ def run_schedule(items: list[ScheduleItem], stored: dict[UOp, UOp] | None = None
     plan = plan_memory([item.bufs for item in items], intermediates)
     for node, pooled in plan.buffers.items(): buffers[node] = pooled
     if DEBUG >= 2 and items: _print_memory(items, plan)
+  # a schedule of several kernels that ran before runs as one thread-pool call (minigrad/engine/batched.py), unless
+  # launches are watched one by one (DEBUG, PROFILE/VIZ, a TinyJit capture) or searched (BEAM)
+  watched = DEBUG >= 1 or viz.observing or launch_recorder is not None or BEAM >= 1
+  key = None if watched or len(items) < 2 else (tuple(map(_ast_of, items)), tuple(map(_device_of, items)))
+  if key is not None and (batch := batched.find(key, compiled_kernels)) is not None:
+    try:
+      if batch.run([[buffer_of(b).allocate() for b in item.bufs] for item in items]):
+        if stored is not None: mark_realized(dict(alive_nodes))
+        return plan
+    except BaseException:
+      failed_buffers.update({b: True for item in items for b in item.bufs[:item.outputs]})
+      raise
+  kernels, launched = [], []
   for i, item in enumerate(items):
     stage = "compiling"
     try:
       kernel = get_kernel(item.ast, item.device)
       stage = "running"
       bufs = [buffer_of(b).allocate() for b in item.bufs]
+      kernels.append(kernel)
+      launched.append(bufs)
       if launch_recorder is not None: launch_recorder.append((kernel, item.bufs, bufs))
       launch(kernel, bufs)
     except BaseException as error:
@@ -254,8 +275,12 @@ def run_schedule(items: list[ScheduleItem], stored: dict[UOp, UOp] | None = None
       # the kernel's ops and the user's lines behind them (minigrad/viz/errors.py)
       if isinstance(error, Exception): errors.add_kernel_context(error, item.ast, stage, i, len(items), item.device)
       raise
+  if key is not None: batched.keep(key, [(item.ast, item.device, None) for item in items], kernels, launched)
   if stored is not None: mark_realized(dict(alive_nodes))
   return plan
+
+
+_ast_of, _device_of = attrgetter("ast"), attrgetter("device")
 
 
 def launch(kernel: CompiledKernel, bufs: list[Buffer]) -> None:
