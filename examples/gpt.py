@@ -3,6 +3,7 @@
   python examples/gpt.py                                      # train (baby-GPT size), evaluate, save, sample 200 chars
   python examples/gpt.py --iters 300 --layers 2 --width 64    # a quick run
   python examples/gpt.py --iters 0 --resume gpt.safetensors --generate 500 --prompt "ROMEO:" --temperature 0.8 --top-k 20
+  mpirun -n 2 python examples/gpt.py --distributed            # data-parallel over 2 ranks (pip install -e ".[mpi]")
   DEBUG=1 python examples/gpt.py --iters 0 --resume gpt.safetensors --generate 100   # compiled kernels per token
 
 The model: token + position embeddings, pre-LayerNorm transformer blocks (causal self-attention, a 4x GELU MLP),
@@ -10,25 +11,36 @@ a final LayerNorm and an output layer that shares its weights with the token emb
 uses AdamW on random windows of the text; the step runs under TinyJit (its kernels are replayed from the third
 step on). The loss on a held-out 10% of the text is logged every --eval-interval iterations.
 
+Data-parallel (`--distributed`, under mpirun): --batch-size stays the global batch. Every rank draws the same seeded
+start positions of the global batch's windows and takes its own slice of them (rank r: windows r*B..(r+1)*B-1 of
+B = batch / ranks), so the ranks train on disjoint shards and, with the mean gradient allreduce between backward and
+the AdamW step, follow the single-process run with the same global batch window for window. Validation batches are
+shared out among the ranks; the logged losses are means over all ranks. Only rank 0 prints, shows progress, saves the
+checkpoint and samples; every rank reads --resume (rank 0's weights are then broadcast, shapes checked).
+
 Input text: --data FILE, else $TINYSHAKESPEARE, else ../shared/datasets/tinyshakespeare/input.txt next to the
 repository, else the cached copy ~/.cache/minigrad/tinyshakespeare/input.txt, else a download (md5 checked). Offline
 and without the file, one line says so and the model trains on a short sample of text built into this file.
 
 Generation (`--generate N`): each block keeps a preallocated key/value cache of --context positions. The prompt,
-padded to --context, is processed in one pass that fills the caches; then one token per step. minigrad has no
-symbolic shapes, so the position is data, not shape: a step gets the position as a 1-element int tensor, writes the
-new key and value at that row of the cache (a `where` over the cache, assigned back) and masks attention to rows
-<= position; the prefill gets the prompt's length the same way. Both run under TinyJit with the same shapes at
-every call, so after the first tokens no kernel is compiled any more (DEBUG>=1 prints the count of compiled kernels
-after each token). When the cache is full, the last half of the context is processed again as a new prompt (the
-position embeddings only go up to --context).
+padded to --context, is processed in one pass that fills the caches; then one token per step. A step gets its position
+as a 1-element int tensor, writes the new key and value at that row of the cache (a `where` over the cache, assigned
+back) and attends to the cache rows [0, position] through a symbolic length: `cache[:, :, :end]` with `end`, a
+`Variable("end", 1, context)` bound to position + 1 (symbolic shapes), so the attention kernels loop only that far
+and one compiled kernel serves every position (`Generator(model, symbolic=False)` masks the whole cache instead, the
+position as data only); the prefill gets the prompt's length as a tensor. Both run under TinyJit (the decode step
+replays its kernels with the new value of `end`), so after the first tokens no kernel is compiled any more (DEBUG>=1
+prints the count of compiled kernels after each token). When the cache is full, the last half of the context is
+processed again as a new prompt (the position embeddings only go up to --context).
 Sampling is seeded (--seed) and happens on the host, with --temperature and --top-k.
 """
 from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 import argparse
+import contextlib
 import hashlib
+import io
 import json
 import math
 import os
@@ -38,7 +50,8 @@ import time
 import urllib.request
 import numpy as np
 from tqdm import tqdm
-from minigrad import Device, Tensor, TinyJit, nn
+from minigrad import Device, Tensor, TinyJit, Variable, nn
+from minigrad import distributed as dist
 from minigrad.engine import realize
 from minigrad.helpers import DEBUG
 from minigrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_metadata, safe_save
@@ -128,10 +141,13 @@ def load_text(path: str | None = None, download: bool = True) -> Text:
   return Text(SAMPLE_TEXT * 8, "built-in sample text")
 
 
-def random_batch(tokens: np.ndarray, batch_size: int, context: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-  """batch_size random windows of context tokens (inputs) and the same windows one token later (targets)."""
+def random_batch(tokens: np.ndarray, batch_size: int, context: int, rng: np.random.Generator, rank: int = 0,
+                 world_size: int = 1) -> tuple[np.ndarray, np.ndarray]:
+  """batch_size random windows of context tokens (inputs) and the same windows one token later (targets). With
+  world_size > 1: the start positions of batch_size * world_size windows are drawn (the same on every rank, from the
+  same seeded rng) and rank `rank` gets its slice of batch_size of them."""
   if len(tokens) <= context: raise ValueError(f"the text has {len(tokens)} tokens: need more than --context={context}")
-  starts = rng.integers(0, len(tokens) - context, batch_size)
+  starts = rng.integers(0, len(tokens) - context, batch_size * world_size)[rank * batch_size:(rank + 1) * batch_size]
   windows = np.stack([tokens[s:s + context + 1] for s in starts])
   return windows[:, :-1].copy(), windows[:, 1:].copy()
 
@@ -205,6 +221,14 @@ class Block:
     cache.values.assign(write_row.where(v, cache.values))
     return self._finish(x, q.scaled_dot_product_attention(cache.keys, cache.values, attn_mask=visible))
 
+  def decode_upto(self, x: Tensor, cache: KVCache, write_row: Tensor, end: Variable) -> Tensor:
+    """decode, attending to the cache rows [0, end) only: `end` is a bound Variable (a symbolic length), so the
+    attention's kernels loop to it and one compiled kernel serves every position, with no mask."""
+    q, k, v = self._qkv(x)
+    cache.keys.assign(write_row.where(k, cache.keys))
+    cache.values.assign(write_row.where(v, cache.values))
+    return self._finish(x, q.scaled_dot_product_attention(cache.keys[:, :, :end], cache.values[:, :, :end]))
+
 
 @dataclass
 class KVCache:
@@ -262,15 +286,27 @@ class GPT:
     for block, cache in zip(self.blocks, caches): x = block.decode(x, cache, write_row, visible)
     return self._logits(x).reshape(token.shape[0], -1)
 
+  def decode_upto(self, token: Tensor, position: Tensor, end: Variable, caches: list[KVCache]) -> Tensor:
+    """decode with a symbolic length: `end` (a Variable bound to position + 1) is how many cache rows attention reads."""
+    write_row = Tensor.arange(self.config.context).eq(position).reshape(-1, 1)
+    x = self.token_embedding(token) + self.position_embedding(position.reshape(1, 1))
+    for block, cache in zip(self.blocks, caches): x = block.decode_upto(x, cache, write_row, end)
+    return self._logits(x).reshape(token.shape[0], -1)
+
 
 class Generator:
   """Samples from a GPT, batch 1: the prompt in one pass, then one token per step against the KV-caches. Both run
   under TinyJit with fixed shapes (the prompt padded to the context, positions as data), so after the first few
-  tokens they only replay kernels."""
-  def __init__(self, model: GPT):
-    self.model, self.caches = model, model.new_caches(1)
+  tokens they only replay kernels. With `symbolic`, a decode step attends to the cache rows up to its position
+  through a Variable (symbolic shapes: the same kernels for every position, which loop only that far) instead of
+  masking the whole cache."""
+  def __init__(self, model: GPT, symbolic: bool = False):
+    self.model, self.caches, self.symbolic = model, model.new_caches(1), symbolic
+    # rows of the cache a symbolic decode step reads (made only when used: the first Variable turns symbolic checks on)
+    self.end = Variable("end", 1, model.config.context) if symbolic else None
     self.prefill_step = TinyJit(lambda tokens, length: model.prefill(tokens, length, self.caches).realize())
-    self.decode_step = TinyJit(lambda token, position: model.decode(token, position, self.caches).realize())
+    if symbolic: self.decode_step = TinyJit(lambda token, position, end: model.decode_upto(token, position, end, self.caches).realize())
+    else: self.decode_step = TinyJit(lambda token, position: model.decode(token, position, self.caches).realize())
     self.kernel_counts: list[int] = []   # len(compiled_kernels) after each generated token
     self.token_times: list[float] = []   # time.perf_counter() when each token was sampled
 
@@ -284,7 +320,9 @@ class Generator:
 
   def decode(self, token: int, position: int) -> np.ndarray:
     """Process `token` at `position` (the caches hold the tokens before it); its logits (vocab,)."""
-    return self.decode_step(Tensor(np.array([[token]], np.int32)), Tensor(np.array([position], np.int32))).numpy()[0]
+    token_t, position_t = Tensor(np.array([[token]], np.int32)), Tensor(np.array([position], np.int32))
+    if self.symbolic: return self.decode_step(token_t, position_t, self.end.bind(position + 1)).numpy()[0]
+    return self.decode_step(token_t, position_t).numpy()[0]
 
   def logits_for(self, tokens: Sequence[int], prompt_length: int = 1) -> list[np.ndarray]:
     """The logits after each token from the prompt's last on: the prompt in one prefill, the rest one decode step
@@ -336,25 +374,30 @@ def loss_of(model: GPT, inputs: Tensor, targets: Tensor) -> Tensor:
   return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def make_train_step(model: GPT, optimizer: nn.optim.Optimizer, jit: bool = True):
-  """step(inputs, targets) -> the batch's loss before the update; TinyJit replays its kernels from the third call on."""
+def make_train_step(model: GPT, optimizer: nn.optim.Optimizer, jit: bool = True, allreduce: bool = False):
+  """step(inputs, targets) -> the batch's loss before the update; TinyJit replays its kernels from the third call on.
+  allreduce: average the gradients over the ranks of the MPI job before the update (minigrad.distributed)."""
   def step(inputs: Tensor, targets: Tensor) -> Tensor:
     with Tensor.train():
       loss = loss_of(model, inputs, targets)
       optimizer.zero_grad()
       loss.backward()
-      Tensor.realize(loss, *[p.grad for p in optimizer.params if p.grad is not None])   # one schedule for forward and backward
+      if allreduce: dist.allreduce_gradients(optimizer.params, realize_with=[loss])   # realizes like the line below, then the mean
+      else: Tensor.realize(loss, *[p.grad for p in optimizer.params if p.grad is not None])   # one schedule for forward and backward
       optimizer.step()
     return loss
   return TinyJit(step) if jit else step
 
 
-def evaluate(model: GPT, tokens: np.ndarray, batch_size: int, context: int, batches: int, seed: int = 1234) -> float:
-  """Mean loss over `batches` random windows of `tokens` (the same windows at every call), without gradients."""
+def evaluate(model: GPT, tokens: np.ndarray, batch_size: int, context: int, batches: int, seed: int = 1234,
+             world: dist.World = dist.World()) -> float:
+  """Mean loss over `batches` random windows of `tokens` (the same windows at every call), without gradients. In a
+  data-parallel run rank r computes batches r, r + ranks, ... and the sum is reduced over the ranks."""
   rng = np.random.default_rng(seed)
   with Tensor.no_grad():
-    losses = [loss_of(model, *(Tensor(a) for a in random_batch(tokens, batch_size, context, rng))).item() for _ in range(batches)]
-  return float(np.mean(losses))
+    windows = [random_batch(tokens, batch_size, context, rng) for _ in range(batches)]   # all drawn: the same rng stream
+    losses = [loss_of(model, *(Tensor(a) for a in batch)).item() for batch in windows[world.rank::world.size]]
+  return float(dist.allreduce(float(np.sum(losses)), "sum")) / batches if world.launched else float(np.mean(losses))
 
 
 @dataclass
@@ -412,6 +455,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   parser.add_argument("--top-k", type=positive_int, default=None, help="sample among the k most likely tokens only")
   parser.add_argument("--plot", default=None, metavar="PATH.png", help="save the loss curves (needs matplotlib)")
   parser.add_argument("--no-download", action="store_true", help="never download the text")
+  parser.add_argument("--distributed", action="store_true",
+                      help="data-parallel training over the ranks of an MPI job (mpirun -n 2 python examples/gpt.py --distributed): "
+                           "--batch-size is the global batch, split among the ranks; only rank 0 logs, saves and samples")
   args = parser.parse_args(argv)
   if args.width % args.heads: parser.error(f"--width {args.width} must be a multiple of --heads {args.heads}")
   if args.resume and not pathlib.Path(args.resume).is_file(): parser.error(f"--resume: no such file {args.resume}")
@@ -436,6 +482,14 @@ def save_checkpoint(model: GPT, text: Text, path: str, extra: dict[str, str]) ->
 
 def run(argv: Sequence[str] | None = None) -> RunResult:
   args = parse_args(argv)
+  world = dist.init() if args.distributed else dist.World()   # World(): one process, MPI untouched
+  if args.batch_size % world.size: raise ValueError(f"--batch-size {args.batch_size} doesn't divide among {world.size} ranks")
+  if world.is_main: return train_and_sample(args, world)
+  args.generate, args.plot = 0, None   # rank 0 samples and plots; the other ranks' prints are dropped
+  with contextlib.redirect_stdout(io.StringIO()): return train_and_sample(args, world)
+
+
+def train_and_sample(args: argparse.Namespace, world: dist.World) -> RunResult:
   if args.plot and not _matplotlib_available():
     print("--plot: matplotlib is not installed (pip install matplotlib); no plot will be written")
     args.plot = None
@@ -446,6 +500,7 @@ def run(argv: Sequence[str] | None = None) -> RunResult:
     text = Text(text.text, text.source, chars)
     print(f"resumed {args.resume}: {model.config}")
   else: model = GPT(GPTConfig(len(text.chars), args.context, args.layers, args.heads, args.width), seed=args.seed)
+  if world.launched: dist.broadcast_parameters(get_state_dict(model))   # rank 0's weights everywhere, shapes checked
   config = model.config
   tokens = text.encode(text.text)
   split = int(len(tokens) * 0.9)
@@ -453,35 +508,38 @@ def run(argv: Sequence[str] | None = None) -> RunResult:
   parameters = sum(math.prod(p.shape) for p in get_parameters(model))
   print(f"gpt: {text.source}: {len(train_tokens):,} training / {len(val_tokens):,} validation characters, vocabulary {config.vocab_size}; "
         f"{config.layers} layers, {config.heads} heads, width {config.width}, context {config.context}: {parameters:,} parameters; "
-        f"device {Device.DEFAULT}")
+        f"device {Device.DEFAULT}" + (f"; batch {args.batch_size} = {world.size} ranks x {args.batch_size // world.size}" if world.launched else ""))
   result = RunResult(text, model)
 
   if args.iters:
     eval_context = min(config.context, len(val_tokens) - 1)
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
-    step, rng = make_train_step(model, optimizer), np.random.default_rng(args.seed)
-    started = time.perf_counter()
-    with tqdm(range(1, args.iters + 1), desc="training", unit="iter", dynamic_ncols=True,
+    step, rng = make_train_step(model, optimizer, allreduce=world.launched), np.random.default_rng(args.seed)
+    started, reduced = time.perf_counter(), 0   # train_losses[:reduced] are means over the ranks already
+    with tqdm(range(1, args.iters + 1), desc="training", unit="iter", dynamic_ncols=True, disable=not world.is_main,
               mininterval=0.1 if sys.stderr.isatty() else 10.0) as bar:
       for iteration in bar:
-        inputs, targets = random_batch(train_tokens, args.batch_size, config.context, rng)
+        inputs, targets = random_batch(train_tokens, args.batch_size // world.size, config.context, rng, world.rank, world.size)
         result.train_losses.append(float(step(Tensor(inputs), Tensor(targets)).item()))
-        bar.set_postfix(loss=f"{result.train_losses[-1]:.4f}", refresh=False)
+        bar.set_postfix(loss=f"{result.train_losses[-1]:.4f}", refresh=False)   # this rank's shard's loss
         if iteration % args.eval_interval == 0 or iteration == args.iters:
-          result.val_losses.append((iteration, evaluate(model, val_tokens, args.batch_size, eval_context, args.eval_batches)))
+          if world.launched: result.train_losses[reduced:] = dist.allreduce(result.train_losses[reduced:], "mean").tolist()
+          reduced = len(result.train_losses)
+          result.val_losses.append((iteration, evaluate(model, val_tokens, args.batch_size, eval_context, args.eval_batches, world=world)))
           recent = float(np.mean(result.train_losses[-args.eval_interval:]))
           tqdm.write(f"iter {iteration}: train loss {recent:.4f}, val loss {result.val_losses[-1][1]:.4f} "
                      f"({time.perf_counter() - started:.1f} s)")
     result.train_seconds = time.perf_counter() - started
     print(f"trained {args.iters} iterations of batch {args.batch_size} in {result.train_seconds:.1f} s: "
           f"loss {result.train_losses[0]:.4f} -> val {result.val_losses[-1][1]:.4f}")
-    if args.checkpoint:
+    if args.checkpoint and world.is_main:
       save_checkpoint(model, text, args.checkpoint, {"val_loss": f"{result.val_losses[-1][1]:.4f}", "iterations": str(args.iters)})
       print(f"saved {args.checkpoint}")
+    if world.launched: dist.barrier()   # the checkpoint is complete before any rank goes on (e.g. to resume from it)
     if args.plot: plot_losses(result, args.plot)
 
   if args.generate:
-    generator = Generator(model)
+    generator = Generator(model, symbolic=True)   # attention over the cache rows up to the position (symbolic shapes)
     prompt = list(text.encode(args.prompt)) or [0]
     started = time.perf_counter()
     new_tokens = generator.generate(prompt, args.generate, args.temperature, args.top_k, args.seed, progress=True)

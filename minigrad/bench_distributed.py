@@ -5,11 +5,12 @@
   python -m minigrad.bench_distributed mlp --steps 50  # one model, more steps per timed block
 
 Input: the models of bench/mlp_train.py (MLP 784-256-128-10, Adam, global batch 128) and bench/model_steps.py (the small
-GPT: 2 blocks, width 128, 64 tokens, global batch 16; examples/gpt.py is pending, issue #24), from a source checkout.
+GPT: 2 blocks, width 128, 64 tokens, global batch 16), from a source checkout.
 Output: the host and Target lines, then per model:
   * 2 ranks x 1 thread (`mpirun -n 2`, CPU_THREADS=1, half the batch per rank): global steps/s, the time per step
     spent in allreduce_gradients (packing, the MPI allreduce and waiting for the other rank) as a fraction of the step,
-    and the same gradient allreduce timed alone (no compute around it: the transfer itself);
+    the same at the fastest block (on a busy host the least disturbed one), and the same gradient allreduce timed
+    alone (no compute around it: the transfer itself);
   * 1 rank x 2 threads (a plain process, CPU_THREADS=2, the whole batch): global steps/s;
   * 1 rank x 1 thread, for scale, and the same with allreduce_gradients on a loopback communicator (it packs the
     buckets and puts its host launch, a Python callback, into the TinyJit replay, but sends nothing);
@@ -96,7 +97,9 @@ def worker(name: str, steps: int, runs: int, loopback: bool = False) -> dict[str
     return float(loss.item())
   block(5)                                                      # capture and warm up
   dist.barrier()
-  seconds, comm_seconds, pack_seconds = [], [], []
+  seconds: list[float] = []
+  comm_seconds: list[float] = []
+  pack_seconds: list[float] = []
   for _ in range(runs):
     dist.CommCounters.reset()
     start = time.perf_counter()
@@ -106,6 +109,7 @@ def worker(name: str, steps: int, runs: int, loopback: bool = False) -> dict[str
     pack_seconds.append(dist.CommCounters.pack_seconds / steps)
   result: dict[str, Any] = {"ranks": world.size, "threads": int(os.environ.get("CPU_THREADS", "0") or 0), "step_s": statistics.median(seconds),
                             "allreduce_s": statistics.median(comm_seconds), "pack_s": statistics.median(pack_seconds),
+                            "best_step_s": min(seconds), "best_allreduce_s": comm_seconds[seconds.index(min(seconds))],
                             "gradient_bytes": sum(p.numel() * 4 for p in params)}
   if (comm := dist.communicator()) is not None:                 # the same allreduce with nothing around it
     buffer = np.ones(sum(p.numel() for p in params), dtype=np.float32)
@@ -175,6 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  {args.ranks} ranks x 1 thread:  {1 / parallel['step_s']:8.1f} steps/s, {parallel['step_s'] * 1e3:7.2f} ms/step; allreduce "
           f"{parallel['allreduce_s'] * 1e3:.2f} ms/step = {share:.1%} of the step{goal} (packing {parallel['pack_s'] * 1e3:.2f} ms); "
           f"the same allreduce alone {parallel['allreduce_alone_s'] * 1e3:.2f} ms ({parallel['allreduce_alone_s'] / parallel['step_s']:.1%})")
+    print(f"  {'':22}fastest block: {parallel['best_step_s'] * 1e3:.2f} ms/step, allreduce {parallel['best_allreduce_s'] * 1e3:.2f} ms = "
+          f"{parallel['best_allreduce_s'] / parallel['best_step_s']:.1%}")
     print(f"  1 rank x {args.ranks} threads:   {1 / threaded['step_s']:8.1f} steps/s, {threaded['step_s'] * 1e3:7.2f} ms/step")
     print(f"  1 rank x 1 thread:    {1 / single['step_s']:8.1f} steps/s, {single['step_s'] * 1e3:7.2f} ms/step; with a loopback "
           f"allreduce (packing and the host launch in the replay, no MPI): {loopback['step_s'] * 1e3:.2f} ms/step")

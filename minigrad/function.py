@@ -12,6 +12,7 @@ import operator
 from minigrad.dtype import DType
 from minigrad.uop.ops import UOp, Ops, toposort
 from minigrad.uop.shapetracker import ShapeTracker
+from minigrad.uop.variable import state as variables, extents_of, symbolic_shape
 from minigrad import viz
 from minigrad.viz import source
 if TYPE_CHECKING: from minigrad.tensor import Tensor
@@ -19,10 +20,16 @@ if TYPE_CHECKING: from minigrad.tensor import Tensor
 
 def view_uop(u: UOp, apply: Any) -> UOp:
   """Apply a ShapeTracker method to a tensor-graph node: VIEWs stack into one VIEW over the base."""
-  base, st = (u.src[0], u.arg) if u.op is Ops.VIEW and u.src else (u, ShapeTracker.from_shape(u.shape))
+  # a node of symbolic shape (Variables) starts from a tracker with its size expressions
+  base, st = (u.src[0], u.arg) if u.op is Ops.VIEW and u.src else (u, ShapeTracker.from_shape(shape_of(u)))
   new_st = apply(st)
   if new_st.contiguous and new_st.shape == base.shape: return base
   return UOp(Ops.VIEW, u.dtype, (base,), new_st)
+
+
+def shape_of(u: UOp) -> tuple:
+  """A node's shape, with the size expressions of its variable-length dims once Variables are in use."""
+  return symbolic_shape(u) if variables["in_use"] else u.shape
 
 
 _ctx_of, _requires_grad_of, _uop_of = operator.attrgetter("_ctx"), operator.attrgetter("requires_grad"), operator.attrgetter("uop")
@@ -112,7 +119,7 @@ class Sqrt(Function):
 class Relu(Function):
   def forward(self, x: UOp) -> UOp:
     self.x = x
-    return x.alu(Ops.MAX, const_uop(0, x.dtype, x.device, x.shape))
+    return x.alu(Ops.MAX, const_uop(0, x.dtype, x.device, shape_of(x)))
   def backward(self, grad: Tensor) -> Tensor: return (self.tensor(self.x) > 0).where(grad, 0.0)
 
 # ---- binary ----
@@ -190,7 +197,7 @@ class Permute(Function):
 
 class Expand(Function):
   def forward(self, x: UOp, shape: tuple[int, ...]) -> UOp:
-    self.axes = tuple(i for i, (old, new) in enumerate(zip(x.shape, shape)) if old != new)
+    self.axes = tuple(i for i, (old, new) in enumerate(zip(shape_of(x), shape)) if old != new)
     return view_uop(x, lambda st: st.expand(shape))
   def backward(self, grad: Tensor) -> Tensor: return grad.sum(self.axes, keepdim=True)
 
@@ -316,7 +323,7 @@ class Matmul(Function):
   def forward(self, x: UOp, y: UOp) -> UOp:
     self.x, self.y = x, y
     # while source lines are captured (VIZ, PROFILE, DEBUG>=3) op by op: kernels then name the product's multiply
-    return _build(_product, (x, y))[0] if viz.capturing else _template("matmul", _product, (x, y)).on((x, y))[0]
+    return _build(_product, (x, y))[0] if viz.capturing else _graph("matmul", _product, (x, y))[0]
   def backward(self, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
     x, y = self.tensor(self.x), self.tensor(self.y)
     dx = dy = None
@@ -336,7 +343,7 @@ class Composite(Function):
   shapes, dtypes and devices, and then copied onto the inputs (see Template): exp's polynomial costs a copy of
   its nodes instead of dozens of Tensor ops."""
   def forward(self, *xs: UOp, fn: Any, gradient: Any, key: Any = None) -> UOp:
-    self.ret = _build(fn, xs)[0] if key is None else _template(key, fn, xs).on(xs)[0]
+    self.ret = _build(fn, xs)[0] if key is None else _graph(key, fn, xs)[0]
     self.xs, self.gradient = xs, gradient
     return self.ret
   def backward(self, grad: Tensor) -> tuple[Tensor | None, ...]:
@@ -350,7 +357,15 @@ def templated(key: Any, fn: Any, *inputs: Tensor) -> tuple[Tensor, ...]:
   then copied onto the inputs (see Template). An optimizer's update is a few dozen Tensor ops per parameter."""
   from minigrad.tensor import Tensor
   xs = tuple(t.uop for t in inputs)
-  return tuple(Tensor(u) for u in _template(key, fn, xs).on(xs))
+  return tuple(Tensor(u) for u in _graph(key, fn, xs))
+
+
+def _graph(key: Any, fn: Any, xs: tuple[UOp, ...]) -> tuple[UOp, ...]:
+  """fn's graph on xs: copied from the template built once per key and input signature; built op by op instead
+  when an input has a symbolic shape (a template's stand-ins have fixed sizes, and what it builds on them, a
+  constant or a reduce, would have them too)."""
+  if variables["in_use"] and any(extents_of(x) is not None for x in xs): return _build(fn, xs)
+  return _template(key, fn, xs).on(xs)
 
 
 def _template(key: Any, fn: Any, xs: tuple[UOp, ...]) -> Template:

@@ -24,6 +24,8 @@ from minigrad.function import const_uop
 from minigrad.schedule.scheduler import create_schedule, buffer_view
 from minigrad.engine.realize import run_schedule, buffer_of, buffers, note_assign
 from minigrad.runtime.device import Buffer, Device
+from minigrad.uop.variable import state as _variables, user_shape
+import minigrad.symbolic_shapes as S
 
 Scalar = int | float | bool
 
@@ -99,7 +101,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
 
   # ---- facts ----
   @property
-  def shape(self) -> tuple[int, ...]: return self.uop.shape
+  def shape(self) -> tuple[int, ...]: return user_shape(self.uop) if _variables["in_use"] else self.uop.shape   # Variables: symbolic dims
   @property
   def dtype(self) -> DType: return self.uop.dtype
   @property
@@ -138,6 +140,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
     return F.Contiguous.apply(self)
 
   def numpy(self) -> np.ndarray:
+    if S.is_symbolic(self): return S.numpy(self)   # cut to the bound values of its Variables
     if self.numel() == 0: return np.zeros(self.shape, dtype=to_numpy(self.dtype))
     t = self.contiguous().realize()
     return buffer_of(t.uop.base).allocate().numpy()[:self.numel()].reshape(self.shape)
@@ -217,6 +220,10 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
   @staticmethod
   def full(shape: int | Sequence[int], value: Scalar, dtype: DType | None = None, device: str | None = None,
            requires_grad: bool | None = None) -> Tensor:
+    if S.involved(shape):   # a symbolic shape (Variables)
+      dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(value)
+      out = Tensor(S.full(tuple(shape), value, dt, Device.canonicalize(device or Device.DEFAULT)))
+      return out if requires_grad is None else as_leaf(out, requires_grad)
     shape = check_no_negative_dimension(to_tuple(shape))
     dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(value)
     out = Tensor(const_uop(value, dt, Device.canonicalize(device or Device.DEFAULT), shape))
@@ -242,6 +249,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
              requires_grad: bool | None = None) -> Tensor:
     if requires_grad is not None: return as_leaf(Tensor.arange(start, stop, step, dtype, device), requires_grad)
     if stop is None: start, stop = 0, start
+    if S.involved(start, stop, step): return S.arange(start, stop, step, dtype, Device.canonicalize(device or Device.DEFAULT))
     if step == 0: raise ValueError("arange: step must be nonzero")
     is_float = any(isinstance(v, float) for v in (start, stop, step))
     dt = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
@@ -267,6 +275,8 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
       if any(s is None and i >= self.ndim for i, s in enumerate(given)):
         raise RuntimeError(f"reshape: None keeps the size of the dim at its position, but {tuple(given)} has a None past the {self.ndim} dims of {self.shape}")
       shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(given))
+    if _variables["in_use"] and (S.involved(shape) or S.is_symbolic(self)):   # Variables in either shape
+      return S.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
     new_shape = list(_shape_args(shape))
     if new_shape.count(-1) > 1: raise RuntimeError(f"only one dimension can be inferred in reshape {tuple(new_shape)}")
     if -1 in new_shape:
@@ -301,6 +311,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
   def T(self) -> Tensor: return self.permute(tuple(reversed(range(self.ndim))))
 
   def expand(self, *shape: Any) -> Tensor:
+    if _variables["in_use"] and (S.involved(shape) or S.is_symbolic(self)): return S.expand(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
     new_shape = _shape_args(shape)
     if new_shape == self.shape: return self
     if len(new_shape) < self.ndim: raise RuntimeError(f"expand: target shape {new_shape} has fewer dims than {self.shape}")
@@ -348,6 +359,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
     return inside.where(padded, value).cast(self.dtype)   # the value takes the tensor's dtype (torch: int32 padded with 1.5 pads 1)
 
   def shrink(self, bounds: Sequence[tuple[int, int] | None]) -> Tensor:
+    if _variables["in_use"] and (S.involved(bounds) or S.is_symbolic(self)): return S.shrink(self, bounds)
     if len(bounds) != self.ndim: raise ValueError(f"shrink: {len(bounds)} bounds given for a {self.ndim}-d tensor of shape {self.shape}")
     full = tuple((0, s) if b is None else (int(b[0]), int(b[1])) for b, s in zip(bounds, self.shape))
     for (start, end), s in zip(full, self.shape):
@@ -375,6 +387,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
 
   def __getitem__(self, index: Any) -> Tensor:
     """ints, slices (any step), None, ..., bools, integer tensors/lists (advanced) and bool masks: see minigrad.indexing."""
+    if _variables["in_use"] and (S.involved(index) or S.is_symbolic(self)): return S.getitem(self, index)   # a slice ending at a Variable, a symbolic shape
     from minigrad.indexing import getitem
     return getitem(self, index)
 
@@ -392,6 +405,7 @@ def _shape_args(args: tuple) -> tuple[int, ...]:
   """Accept f(2, 3) and f((2, 3)): sizes or axes, which must be ints (as in torch: 1.5 or "x" is a TypeError)."""
   values = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
   if set(map(type, values)) <= _INT: return values if type(values) is tuple else tuple(values)   # the common case, in C
+  if S.involved(values): return tuple(values)   # symbolic sizes (Variables): checked where they are used
   for a in values:
     if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
       raise TypeError(f"dims and axes must be ints, got {a!r} ({type(a).__name__}) in {tuple(values)}")

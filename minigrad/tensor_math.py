@@ -13,6 +13,8 @@ from typing import Any, Callable, Sequence, TYPE_CHECKING
 import math
 import numpy as np
 import minigrad.function as F
+import minigrad.symbolic_shapes as S
+from minigrad.uop.variable import state as variables, extents_of
 from minigrad.dtype import DType, DTypeError, dtypes, to_dtype, result_type
 from minigrad.function import const_uop
 from minigrad.helpers import prod
@@ -74,7 +76,8 @@ class MathMixin(UnaryMixin):
     """self and other cast to their result dtype (torch's promotion) and expanded to one shape."""
     if type(other) is type(self):   # two tensors of one dtype, shape and device: nothing to do (most ops of a step)
       a, b = self.uop, other.uop
-      if a.dtype is b.dtype and a.shape == b.shape and a.device == b.device: return (other, self) if reverse else (self, other)
+      if a.dtype is b.dtype and a.shape == b.shape and a.device == b.device and not (variables["in_use"] and extents_of(a) != extents_of(b)):
+        return (other, self) if reverse else (self, other)   # (with Variables, the symbolic sizes must agree too)
     if isinstance(other, MathMixin):
       if other.device != self.device: raise RuntimeError(f"tensors on different devices: {self.device} and {other.device}")
       dt = result_type(_operand(self), _operand(other))
@@ -468,6 +471,7 @@ class MathMixin(UnaryMixin):
       target = to_dtype(dtype)
       if not dtypes.is_float(target): raise RuntimeError(f"mean(): could not infer output dtype. Optional dtype must be either a floating point or complex dtype. Got: {target.name}")
       return self.cast(target).mean(axis, keepdim)
+    if S.is_symbolic(self): return S.mean(self, axis, keepdim)   # a Variable count: summed in a kernel
     count = prod(self.shape[a] for a in self._axes(axis))
     def fn(x: Tensor) -> Tensor:
       total = x.sum(axis, keepdim)

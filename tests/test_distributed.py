@@ -1,13 +1,14 @@
 """Data-parallel training on MPI (minigrad/distributed/): the sampler, bucketing, the gradient allreduce inside and
 outside TinyJit (in-process, with a stand-in communicator), and real 2-rank jobs under mpirun: the same parameters as
 one rank with the double batch after 20 steps of SGD and of Adam on MNIST, a rank that raises, dies or hangs stops the
-job with an error naming it, mismatched models are refused, and the MNIST example runs with --distributed.
+job with an error naming it, mismatched models are refused, and the MNIST and GPT examples run with --distributed (the
+GPT's 2 ranks follow 1 rank with the double batch).
 
-Input: minigrad.distributed, tests/distributed_worker.py, examples/mnist_mlp.py, the t10k files in
+Input: minigrad.distributed, tests/distributed_worker.py, examples/mnist_mlp.py and gpt.py, the t10k files in
 ../shared/datasets/mnist. The mpirun tests skip, saying why, without mpi4py, mpirun or the t10k files
 (MINIGRAD_REQUIRE_MPI=1, set by .ci/run-distributed, turns the skips for a missing mpi4py or mpirun into failures),
 and on a default device other than CPU (what they test is the same on every device; the in-process tests cover the
-devices without host memory). About 45 s on 2 busy cores with a warm kernel cache.
+devices without host memory). About a minute on 2 busy cores with a warm kernel cache.
 Output: pass/fail.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import functools
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -201,9 +203,28 @@ def test_allreduce_gradients_with_several_buckets() -> None:
   reference = _train_small(None, False, lr=0.3, steps=4)
   comm = StandInCommunicator(3)
   got = _train_small(comm, True, lr=0.1, bucket_mb=100 / 2**20, steps=4)   # 100-byte buckets: one per tensor
-  launch = next(l for key, l in dist.gradients._launches.items() if key[-1] == id(comm))
+  launch = next(l for key, l in dist.gradients._launches.items() if key[3] == id(comm))
   assert launch.buckets == [[0], [1], [2], [3]]
   for a, b in zip(reference, got): np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "TinyJit"])
+def test_large_fresh_gradients_are_reduced_in_their_own_buffers(jit: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+  """Gradients of IN_PLACE_BYTES or more that the call's realize computed are reduced where they are, each its own
+  bucket; the small ones still share one. A gradient realized before the call is copied, never changed."""
+  monkeypatch.setattr(dist.gradients, "IN_PLACE_BYTES", 100)   # the two weights (480 and 120 bytes), not the biases
+  reference = _train_small(None, False, lr=0.2)
+  comm = StandInCommunicator(2)
+  got = _train_small(comm, jit, lr=0.1)
+  launch = next(l for key, l in dist.gradients._launches.items() if key[3] == id(comm))
+  assert launch.buckets == [[0], [1, 3], [2]] and launch.in_place == [True, False, True]
+  for a, b in zip(reference, got): np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+  p = Tensor(np.ones((40, 10), np.float32), requires_grad=True)
+  (p * 3).sum().backward()
+  held = p.grad.realize()   # type: ignore[union-attr]
+  dist.allreduce_gradients([p], op="sum", comm=StandInCommunicator(2))
+  np.testing.assert_array_equal(held.numpy(), np.full((40, 10), 3, np.float32))
+  np.testing.assert_array_equal(p.grad.numpy(), np.full((40, 10), 6, np.float32))   # type: ignore[union-attr]
 
 
 def test_mismatched_models_are_refused_with_the_rank_and_tensor() -> None:
@@ -217,7 +238,7 @@ def test_mismatched_models_are_refused_with_the_rank_and_tensor() -> None:
   p = Tensor(np.ones((4, 2), np.float32), requires_grad=True)
   p.sum().backward()
   with pytest.raises(dist.DistributedError, match=r"gradient 0 is \(4, 2\) float32 on rank 0 but \(4, 3\) float32 on rank 1"):
-    dist.allreduce_gradients([p], comm=StandInCommunicator(2, others=("mean", [((4, 3), "float32")])))
+    dist.allreduce_gradients([p], comm=StandInCommunicator(2, others=("mean", [((4, 3), "float32")], [])))
 
 
 # ---------------------------------------------------------------- real jobs under mpirun
@@ -238,12 +259,18 @@ def _require(ok: bool, reason: str) -> None:
 
 
 @pytest.fixture
-def mpirun() -> str:
+def mpirun_cpu() -> str:
   found, reason = mpirun_and_reason()
   _require(found is not None, reason)
-  if not HAVE_T10K: pytest.skip(f"the real MNIST t10k files are not in {MNIST_DIR}")
   if Device.DEFAULT != "CPU": pytest.skip(f"the 2-rank jobs run on the CPU device only (the default here is {Device.DEFAULT}): they test MPI, not devices")
   return found   # type: ignore[return-value]
+
+
+@pytest.fixture
+def mpirun(mpirun_cpu: str) -> str:
+  """mpirun, for the jobs that train on MNIST."""
+  if not HAVE_T10K: pytest.skip(f"the real MNIST t10k files are not in {MNIST_DIR}")
+  return mpirun_cpu
 
 
 def run_mpi(mpirun: str, ranks: int, args: list[str], timeout: float = 150, env: dict[str, str] | None = None,
@@ -288,7 +315,7 @@ def test_two_ranks_match_one_rank_with_the_double_batch(mpirun: str, tmp_path: P
   ("raise", ["rank 1 of 2", "RuntimeError: injected failure on rank 1", "aborting all ranks"]),
   ("die", ["rank 1"]),
   ("hang", ["rank 0 of 2", "did not complete within 4 s: another rank (rank 1) died, hung", "aborting all ranks"]),
-  ("mismatch", ["broadcast_parameters: layers.0.weight is (64, 784) float32 on rank 0 but rank 1 has (80, 784) float32"]),
+  ("mismatch", ["broadcast_parameters: layers.0.weight is (96, 784) float32 on rank 0 but rank 1 has (112, 784) float32"]),
 ])
 def test_a_failing_rank_stops_the_job_naming_it(mpirun: str, fault: str, expected: list[str]) -> None:
   """Rank 1 raises, is killed, hangs (the others time out after MINIGRAD_DIST_TIMEOUT=4 s) or builds another model:
@@ -317,3 +344,30 @@ def test_mnist_example_distributed_resumes_and_logs_on_rank_zero_only(mpirun: st
   assert final.exists()
   from minigrad.nn.state import safe_load
   assert set(safe_load(final)) == set(get_state_dict(mnist_mlp.build_model((1, 28, 28), 10)))
+
+
+def test_gpt_example_two_ranks_follow_one_rank_with_the_double_batch(mpirun_cpu: str, tmp_path: Path) -> None:
+  """A tiny GPT resumed from a checkpoint, 4 AdamW steps: 2 ranks x 4 windows (each rank its slice of the seeded global
+  batch) log the same losses and save the same weights as 1 rank x 8 windows; only rank 0 logs and saves."""
+  sys.path.insert(0, str(REPO / "examples"))
+  import gpt
+  text = tmp_path / "text.txt"
+  text.write_text(gpt.SAMPLE_TEXT * 8)
+  common = ["--data", str(text), "--batch-size", "8", "--context", "16", "--layers", "1", "--heads", "2", "--width", "32",
+            "--eval-interval", "2", "--eval-batches", "3", "--generate", "0", "--no-download", "--seed", "3"]
+  start, one, two = tmp_path / "start.safetensors", tmp_path / "one.safetensors", tmp_path / "two.safetensors"
+  gpt.run(common + ["--iters", "1", "--checkpoint", str(start)])   # something to resume from
+  reference = gpt.run(common + ["--iters", "4", "--resume", str(start), "--checkpoint", str(one)])
+  status, output, _ = run_mpi(mpirun_cpu, 2, [str(REPO / "examples" / "gpt.py"), "--distributed", *common, "--iters", "4",
+                                              "--resume", str(start), "--checkpoint", str(two)], cwd=tmp_path)
+  assert status == 0, output[-4000:]
+  assert output.count(f"resumed {start}") == 1 and output.count(f"saved {two}") == 1 and "Traceback" not in output, output[-4000:]
+  assert "batch 8 = 2 ranks x 4" in output, output[-4000:]
+  logged = [(int(i), float(train), float(val)) for i, train, val in re.findall(r"iter (\d+): train loss ([\d.]+), val loss ([\d.]+)", output)]
+  expected = [(i, float(np.mean(reference.train_losses[i - 2:i])), val) for i, val in reference.val_losses]
+  assert [i for i, _, _ in logged] == [i for i, _, _ in expected] == [2, 4], output[-4000:]
+  np.testing.assert_allclose([x[1:] for x in logged], [x[1:] for x in expected], atol=2e-4)   # printed with 4 decimals
+  from minigrad.nn.state import safe_load
+  got, want = safe_load(two), safe_load(one)
+  assert set(got) == set(want)
+  for name in want: np.testing.assert_allclose(got[name].numpy(), want[name].numpy(), rtol=1e-4, atol=1e-5, err_msg=name)

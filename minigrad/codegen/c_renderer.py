@@ -274,7 +274,10 @@ class CRenderer:
     (minigrad/runtime/cpu_pool.c); the buffers come as an array of addresses, in the order of the kernel's."""
     if not self.threaded_outer_loop: return []
     args = [f"({'' if g.arg in written else 'const '}{self.type_name(g.dtype.base)}*)bufs[{i}]" for i, g in enumerate(globals_)]
-    args += [u.arg[0] for u in uops if u.op is Ops.DEFINE_VAR]
+    # the values of Variables (symbolic shapes) follow the buffers in the array, one int per slot, in argument order
+    user_vars = [u.arg[0] for u in uops if u.op is Ops.DEFINE_VAR and u.arg[0] not in ("core_start", "core_end")]
+    values = {name: f"(int)(__INTPTR_TYPE__)bufs[{len(globals_) + j}]" for j, name in enumerate(user_vars)}
+    args += [values.get(u.arg[0], u.arg[0]) for u in uops if u.op is Ops.DEFINE_VAR]
     return [f"void {name}_entry(void *const *bufs, const int core_start, const int core_end) {{",
             *(["  (void)bufs;"] if not globals_ else []), f"  {name}({', '.join(args)});", "}"]
 

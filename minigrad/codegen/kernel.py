@@ -69,6 +69,10 @@ class Kernel:
     self.sts: list[ShapeTracker] = [v.arg for v in self.views]
     ranks = {len(st.shape) for st in self.sts}
     if len(ranks) != 1: raise RuntimeError(f"kernel views disagree on rank: {[st.shape for st in self.sts]}")
+    # variable-length loops (symbolic shapes): per dim the size expression the loop runs to, None for a fixed size.
+    # The trackers keep only their integer part (the largest size): the index math is the same for every length.
+    self.extents: list[UOp | None] = _loop_extents(self.sts)
+    self.sts = [st.with_extents(None) for st in self.sts]
     reduce_axes = {a for n in ast.toposort if n.op is Ops.REDUCE_AXIS for a in n.arg[1]}
     self.axis_kinds: list[str] = ["reduce" if i in reduce_axes else "global" for i in range(len(self.sts[0].shape))]
     self.output_view = next(s for n in ast.toposort if n.op is Ops.STORE for s in n.src if s.op is Ops.VIEW)
@@ -112,6 +116,12 @@ class Kernel:
   def _permute_all(self, order: list[int]) -> None:
     self.sts = [st.permute(tuple(order)) for st in self.sts]
     self.axis_kinds = [self.axis_kinds[i] for i in order]
+    self.extents = [self.extents[i] for i in order]
+
+  @property
+  def symbolic(self) -> bool:
+    """Does some loop run to a Variable's value (a symbolic shape)?"""
+    return any(e is not None for e in self.extents)
 
   def _reshape_all(self, shape_of: list[tuple[int, ...]]) -> None:
     self.sts = [st.reshape(shape) for st, shape in zip(self.sts, shape_of)]
@@ -121,20 +131,25 @@ class Kernel:
     order = [i for i, k in enumerate(self.axis_kinds) if k == "global"] + [i for i, k in enumerate(self.axis_kinds) if k == "reduce"]
     if order != list(range(len(order))): self._permute_all(order)
     # 2. drop size-1 dims
-    keep = [i for i, d in enumerate(self.full_shape) if d != 1]
+    keep = [i for i, d in enumerate(self.full_shape) if d != 1 or self.extents[i] is not None]
     if len(keep) != self.shape_len:
       self._reshape_all([tuple(st.shape[i] for i in keep) for st in self.sts])
       self.axis_kinds = [self.axis_kinds[i] for i in keep]
+      self.extents = [self.extents[i] for i in keep]
     # 3. merge neighbouring dims of the same kind when no ShapeTracker grows a view
     i = 0
     while i + 1 < self.shape_len:
       if self.axis_kinds[i] != self.axis_kinds[i + 1] or not self._mergeable(i):
         i += 1
         continue
+      if self.extents[i] is not None: self.extents[i] = (self.extents[i] * self.full_shape[i + 1]).simplify()
       self._reshape_all([st.shape[:i] + (st.shape[i] * st.shape[i + 1],) + st.shape[i + 2:] for st in self.sts])
       del self.axis_kinds[i + 1]
+      del self.extents[i + 1]
 
   def _mergeable(self, i: int) -> bool:
+    # a variable-length dim merges only with the fixed dims inside it: (pos, 64) is the prefix pos*64 of the layout
+    if self.extents[i + 1] is not None: return False
     for st in self.sts:
       merged = st.reshape(st.shape[:i] + (st.shape[i] * st.shape[i + 1],) + st.shape[i + 2:])
       if len(merged.views) > len(st.views): return False
@@ -163,6 +178,8 @@ class Kernel:
         if sum(1 for n in self.ast.toposort if n.op is Ops.REDUCE_AXIS) != 1:
           raise KernelOptError(f"{opt}: GROUP needs a kernel with exactly one reduction, {self.name} has another")
         if self.axes_of("group"): raise KernelOptError(f"{opt}: kernel {self.name} is already grouped")
+        if any(self.extents[a] is not None for a in self.axes_of("global")):   # that global dim is a loop in each thread
+          raise KernelOptError(f"{opt}: kernel {self.name} has a variable-length output dim; its threads can't share local memory across it")
       axis = self._axis(opt, kind)
       new_kind = {"UPCAST": "upcast", "UNROLL": "unroll", "LOCAL": "local", "GROUP": "group", "GROUPTOP": "group"}[opt.op]
       self._split(axis, opt, new_kind, amount_outside=opt.op == "GROUPTOP")
@@ -178,12 +195,14 @@ class Kernel:
     """Split `opt.amount` off dim `axis` into a new dim of `new_kind`, placed where its kind goes. The amount is the
     inner (fast) part of the index, or with `amount_outside` the outer part."""
     size = self.full_shape[axis]
+    if self.extents[axis] is not None: raise KernelOptError(f"{opt}: dim {opt.axis} of kernel {self.name} has a variable length")
     if opt.amount <= 1 or size % opt.amount != 0:
       raise KernelOptError(f"{opt}: amount {opt.amount} doesn't divide dim {opt.axis} of size {size} in kernel {self.name}")
     parts = (opt.amount, size // opt.amount) if amount_outside else (size // opt.amount, opt.amount)
     self._reshape_all([st.shape[:axis] + (parts if st.shape[axis] != 1 else (1, 1)) + st.shape[axis + 1:] for st in self.sts])
     new_axis = axis if amount_outside else axis + 1
     self.axis_kinds.insert(new_axis, new_kind)
+    self.extents.insert(new_axis, None)
     # move the new dim to the end of its kind's block (upcast/unroll dims go last)
     rest = [i for i in range(self.shape_len) if i != new_axis]
     if new_kind in KIND_ORDER:
@@ -192,11 +211,12 @@ class Kernel:
     else: position = len(rest)
     self._permute_all(rest[:position] + [new_axis] + rest[position:])
     # the whole dim went into the new one: drop the size-1 leftover
-    leftover = [i for i in range(self.shape_len) if self.full_shape[i] == 1]
+    leftover = [i for i in range(self.shape_len) if self.full_shape[i] == 1 and self.extents[i] is None]
     if leftover:
       keep = [i for i in range(self.shape_len) if i not in leftover]
       self._reshape_all([tuple(st.shape[i] for i in keep) for st in self.sts])
       self.axis_kinds = [self.axis_kinds[i] for i in keep]
+      self.extents = [self.extents[i] for i in keep]
 
   def _swap(self, opt: Opt) -> None:
     globals_ = self.axes_of("global")
@@ -211,6 +231,7 @@ class Kernel:
     if not 0 <= opt.axis < self.first_upcast:
       raise KernelOptError(f"{opt}: axis {opt.axis} out of range, kernel {self.name} has {self.first_upcast} loop dims")
     size = self.full_shape[opt.axis]
+    if self.extents[opt.axis] is not None: raise KernelOptError(f"{opt}: dim {opt.axis} of kernel {self.name} has a variable length")
     if opt.amount <= 1: raise KernelOptError(f"{opt}: amount must be > 1")
     padded = -(-size // opt.amount) * opt.amount
     if padded == size: raise KernelOptError(f"{opt}: dim {opt.axis} of size {size} is already a multiple of {opt.amount}")
@@ -250,3 +271,17 @@ class Kernel:
     prefix = "r" if self.reduce_axes else "E"
     dims = self.full_shape or (1,)
     return f"{prefix}_" + "_".join(str(d) for d in dims)
+
+
+def _loop_extents(sts: list[ShapeTracker]) -> list[UOp | None]:
+  """Per dim the variable length the kernel's views agree on (None: fixed). Views without one on a dim read it at
+  its largest size, which is the same layout."""
+  rank = len(sts[0].shape) if sts else 0
+  out: list[UOp | None] = [None] * rank
+  for st in sts:
+    for d, e in enumerate(st.extents or ()):
+      if e is None: continue
+      if out[d] is not None and out[d] is not e.simplify():
+        raise RuntimeError(f"internal error: the views of a kernel disagree on the length of dim {d}: {out[d]} vs {e}")
+      out[d] = e.simplify()
+  return out

@@ -253,6 +253,11 @@ class _FunctionWriter:
     (minigrad/runtime/cpu_pool.c); the kernel's `buffers` come as an array of addresses, in the kernel's order."""
     lines = [f"define void @{_symbol(self.name + '_entry')}(ptr %bufs, i32 %core_start, i32 %core_end) #0 {{", "entry:"]
     for i in range(buffers): lines += [f"  %slot{i} = getelementptr inbounds ptr, ptr %bufs, i64 {i}", f"  %buf{i} = load ptr, ptr %slot{i}"]
+    # the values of Variables (symbolic shapes) follow the buffers in the array, one int per slot, in argument order
+    user_vars = [name for name in variables if name not in ("core_start", "core_end")]
+    for j, name in enumerate(user_vars):
+      lines += [f"  %vslot{j} = getelementptr inbounds ptr, ptr %bufs, i64 {buffers + j}", f"  %vptr{j} = load ptr, ptr %vslot{j}",
+                f"  %{name} = ptrtoint ptr %vptr{j} to i32"]
     args = [f"ptr %buf{i}" for i in range(buffers)] + [f"i32 %{name}" for name in variables]
     return lines + [f"  call void @{_symbol(self.name)}({', '.join(args)})", "  ret void", "}"]
 

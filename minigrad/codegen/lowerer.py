@@ -26,13 +26,22 @@ def loop_ranges(k: Kernel, threaded: bool = False) -> list[UOp]:
   the runtime split it across threads."""
   if k.axes_of("group"): raise RuntimeError(f"kernel {k.name} uses GROUP, which needs a device with local memory")
   ranges = []
+  # the threads split the outermost loop at its largest size: a variable-length one stays on one thread
+  threaded = threaded and not (k.extents and k.extents[0] is not None)
   for axis, size in enumerate(k.full_shape[:k.first_upcast]):
     kind = "reduce" if axis >= k.first_reduce else "global"
     if threaded and axis == 0 and kind == "global":
       bounds = (UOp.variable("core_start", 0, size - 1), UOp.variable("core_end", 1, size))
-    else: bounds = (UOp.const(dtypes.index, 0), UOp.const(dtypes.index, size))
+    else: bounds = (UOp.const(dtypes.index, 0), loop_end(k, axis))
     ranges.append(UOp(Ops.RANGE, dtypes.index, bounds, (axis, kind)))
   return ranges
+
+
+def loop_end(k: Kernel, axis: int) -> UOp:
+  """Where the loop over dim `axis` stops: its size, or for a variable-length dim the Variable's expression (a kernel
+  argument; its range bounds the index math)."""
+  if (extent := k.extents[axis]) is not None: return extent.cast(dtypes.index) if extent.dtype != dtypes.index else extent
+  return UOp.const(dtypes.index, k.full_shape[axis])
 
 
 MAX_GRID_DIMS = 3
@@ -56,11 +65,15 @@ def grid_indices(sizes: list[int], prefix: str) -> list[UOp]:
 
 def gpu_indices(k: Kernel) -> list[UOp]:
   """Per loop dim: global dims -> workgroup ids (gidx), local and group dims -> thread ids (lidx), reduce dims -> RANGE."""
-  globals_, threads = k.axes_of("global"), k.axes_of("local") + k.axes_of("group")
+  # a variable-length global dim is a loop inside each thread (the grid is fixed when the kernel is compiled)
+  globals_ = [a for a in k.axes_of("global") if k.extents[a] is None]
+  threads = k.axes_of("local") + k.axes_of("group")
   by_axis = dict(zip(globals_, grid_indices([k.full_shape[a] for a in globals_], "gidx")))
   by_axis.update(zip(threads, grid_indices([k.full_shape[a] for a in threads], "lidx")))
+  for axis in k.axes_of("global"):
+    if axis not in by_axis: by_axis[axis] = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 0), loop_end(k, axis)), (axis, "global"))
   for axis in k.axes_of("reduce"):
-    by_axis[axis] = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 0), UOp.const(dtypes.index, k.full_shape[axis])), (axis, "reduce"))
+    by_axis[axis] = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 0), loop_end(k, axis)), (axis, "reduce"))
   return [by_axis[axis] for axis in range(k.first_upcast)]
 
 

@@ -217,7 +217,7 @@ def init(timeout: float | None = None, threads: int | None = None, abort_on_erro
     _world = World(host=socket.gethostname())
     return _world
   # Open MPI's ranks spin while they wait in a collective; yielding the core in between costs nothing on an idle
-  # host and, on a busy one, let the 2-rank gradient allreduce take 0.4-2 ms instead of 4-8 ms (measured here)
+  # host and, on a busy one, leaves the core to the ranks that still compute (spinning ones slow them down)
   os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
   MPI = _mpi()
   if timeout is None: timeout = float(os.environ.get("MINIGRAD_DIST_TIMEOUT", DEFAULT_TIMEOUT_S))

@@ -7,11 +7,13 @@ shapes and dtypes.
 
 How an allreduce runs
   * The gradients are realized as plain buffers; grouped by (device, dtype) in parameter order, they are cut into
-    buckets of at most `bucket_mb` MB (one tensor is never split). Each bucket is one new flat BUFFER.
-  * One host launch (`AllreduceLaunch`, a CompiledKernel whose program is Python) copies each gradient into its
-    bucket and runs one MPI sum-allreduce per bucket (in place, watched by the Communicator's timeout). On CPU and LLVM the gradients are read and the buckets reduced in place in minigrad's
-    own memory (numpy views of the buffer addresses): the only copy is the packing; on other devices the buckets
-    go through host memory.
+    buckets of at most `bucket_mb` MB (one tensor is never split). Each bucket is one new flat BUFFER, except for a
+    large gradient (IN_PLACE_BYTES or more) whose buffer this call's realize just made: that buffer is a bucket of its
+    own, reduced where it is (copying it would cost more than the extra MPI call).
+  * One host launch (`AllreduceLaunch`, a CompiledKernel whose program is Python) copies each other gradient into
+    its bucket and runs one MPI sum-allreduce per bucket (MPI_IN_PLACE, watched by the Communicator's timeout). On CPU
+    and LLVM the buffers are read and reduced in minigrad's own memory (numpy views of the buffer addresses): the only
+    copy is the packing of the small gradients; on other devices the buckets go through host memory.
   * Each `.grad` becomes a view (shrink + reshape) of its bucket, times 1/world size for "mean": movement ops are
     free and the scaling fuses into the optimizer's kernels, which read the reduced values straight from the buckets.
 
@@ -43,6 +45,9 @@ from minigrad.engine.realize import CompiledKernel, buffer_of
 from minigrad.distributed.comm import CommCounters, Communicator, DistributedError, communicator
 
 DEFAULT_BUCKET_MB = 25.0
+# a gradient this large, in a buffer of its own that nothing else holds, is reduced in place instead of being copied
+# into a bucket: copying costs about its size over the memory bandwidth, an extra MPI call a latency of some microseconds
+IN_PLACE_BYTES = 256 * 1024
 REDUCIBLE = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64)
 
 
@@ -81,12 +86,16 @@ def realized_buffers(tensors: Sequence[Tensor], realize_with: Sequence[Tensor] =
 Layout = tuple[tuple[tuple[int, ...], DType, str], ...]   # per gradient: shape, dtype, device
 
 
-def plan_buckets(layout: Layout, bucket_bytes: int) -> list[list[int]]:
+def plan_buckets(layout: Layout, bucket_bytes: int, alone: Sequence[bool] = ()) -> list[list[int]]:
   """Indices of the gradients in each bucket: grouped by (device, dtype), in order, a new bucket when the next
-  gradient would pass bucket_bytes (a gradient larger than that is a bucket of its own)."""
+  gradient would pass bucket_bytes (a gradient larger than that is a bucket of its own). Gradients marked in
+  `alone` get a bucket of their own, and the others go on filling the open one."""
   buckets: list[list[int]] = []
   open_bucket: dict[tuple[str, DType], tuple[list[int], int]] = {}
   for i, (shape, dtype, device) in enumerate(layout):
+    if i < len(alone) and alone[i]:
+      buckets.append([i])
+      continue
     key, nbytes = (device, dtype), int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     members, used = open_bucket.get(key, (None, 0))
     if members is None or used + nbytes > bucket_bytes:
@@ -113,7 +122,8 @@ def _array_at(address: int, size: int, dtype: DType) -> np.ndarray:
 
 
 class AllreduceLaunch(CompiledKernel):
-  """A host launch that allreduces gradients into buckets: buffers = (bucket 0..k-1, gradient 0..n-1).
+  """A host launch that allreduces gradients into buckets: buffers = (bucket 0..k-1, gradient 0..n-1). An in-place
+  bucket (`in_place[k]`) is its one gradient's own buffer, given in both places: it is reduced there, not packed.
 
   Run alone (eager steps, DEBUG, devices without host memory) it is called like any CompiledKernel. In a TinyJit
   replay on CPU or LLVM it is also an entry of the thread pool's launch list: `pool_launch` gives the pool a ctypes
@@ -121,15 +131,16 @@ class AllreduceLaunch(CompiledKernel):
   still runs as one call into the pool, which calls back into Python (taking the GIL) for the allreduce between the
   backward and the optimizer kernels. An error there can't travel back through C: it is printed, naming the rank,
   and the job is aborted, as an uncaught error is (the replay must not go on with unreduced gradients)."""
-  def __init__(self, layout: Layout, buckets: list[list[int]], op: str, comm: Communicator):
+  def __init__(self, layout: Layout, buckets: list[list[int]], op: str, comm: Communicator, in_place: Sequence[bool] = ()):
     self.layout, self.buckets, self.op, self.comm = layout, buckets, op, comm
+    self.in_place = [k < len(in_place) and bool(in_place[k]) for k in range(len(buckets))]
     self.sizes = [int(np.prod(shape, dtype=np.int64)) for shape, _, _ in layout]
     self.bucket_sizes = [sum(self.sizes[i] for i in members) for members in buckets]
     self.bucket_dtypes = [layout[members[0]][1] for members in buckets]
     # an AST of its own for this layout (UOps are hash-consed: the same layout gives the same node); its sources
     # count the outputs, the buckets, which is all TinyJit reads from it
     outputs = tuple(UOp(Ops.CONST, dtype, (), 0.0 if dtypes.is_float(dtype) else 0) for dtype in self.bucket_dtypes)
-    ast = UOp(Ops.SINK, dtypes.void, outputs, ("mpi_allreduce", op, id(comm), layout, tuple(map(tuple, buckets))))
+    ast = UOp(Ops.SINK, dtypes.void, outputs, ("mpi_allreduce", op, id(comm), layout, tuple(map(tuple, buckets)), tuple(self.in_place)))
     name = f"mpi_allreduce_{op}_{len(buckets)}b_{sum(self.bucket_sizes)}"
     self.what = f"allreduce of {len(layout)} gradients in {len(buckets)} bucket{'s' if len(buckets) > 1 else ''}"
     self._entry: Any = None
@@ -140,7 +151,8 @@ class AllreduceLaunch(CompiledKernel):
   def _reduce(self, buckets: list[np.ndarray], grads: list[np.ndarray | Buffer]) -> None:
     """Pack the gradients (numpy views, or Buffers to copy out) into the buckets, then allreduce the buckets."""
     start = time.perf_counter()
-    for flat, members in zip(buckets, self.buckets):
+    for flat, members, in_place in zip(buckets, self.buckets, self.in_place):
+      if in_place: continue   # the gradient's own buffer
       offset = 0
       for i in members:
         flat[offset:offset + self.sizes[i]] = grads[i] if isinstance(grads[i], np.ndarray) else grads[i].numpy()   # type: ignore[union-attr]
@@ -150,18 +162,21 @@ class AllreduceLaunch(CompiledKernel):
     CommCounters.pack_seconds += packed - start
     self.comm.allreduce_(buckets, "sum", self.what)   # a mean's 1/size is applied lazily to the gradient views
 
-  def __call__(self, buffers: list[Buffer], wait: bool = False) -> float | None:
+  def __call__(self, buffers: list[Buffer], wait: bool = False, var_vals: dict[str, int] | None = None) -> float | None:
     start = time.perf_counter()
     buckets, grads = buffers[:len(self.buckets)], buffers[len(self.buckets):]
     views = [host_view(b) for b in buckets]
-    flats = [v if v is not None else np.empty(b.size, dtype=to_numpy(b.dtype)) for v, b in zip(views, buckets)]
+    # without host memory: a host copy of each bucket, filled by the packing or, in place, from the gradient
+    flats = [v if v is not None else b.numpy() if in_place else np.empty(b.size, dtype=to_numpy(b.dtype))
+             for v, b, in_place in zip(views, buckets, self.in_place)]
     self._reduce(flats, [v if (v := host_view(g)) is not None else g for g in grads])
     for view, flat, bucket in zip(views, flats, buckets):
       if view is None: bucket.copyin(flat)
     return time.perf_counter() - start if wait else None
 
-  def pool_launch(self, buffers: list[Buffer]) -> tuple | None:
-    """This launch as an entry of the CPU thread pool's list (host memory only; else None: run alone)."""
+  def pool_launch(self, buffers: list[Buffer], var_vals: dict[str, int] | None = None) -> tuple | None:
+    """This launch as an entry of the CPU thread pool's list (host memory only; else None: run alone). It takes no
+    Variables: var_vals is ignored, as in __call__."""
     if not all(host_view(b) is not None for b in buffers): return None
     if self._entry is None: self._entry = _POOL_ENTRY(self._pool_entry)   # kept alive with the launch (in `_launches`)
     return (ctypes.cast(self._entry, ctypes.c_void_p).value, [b.opaque for b in buffers], 0, 1)
@@ -192,13 +207,17 @@ def dtype_name(dtype: DType) -> str:
   return "bfloat16" if dtype == dtypes.bfloat16 else to_numpy(dtype).name
 
 
-def _check_same_layout(comm: Communicator, layout: Layout, op: str, what: str) -> None:
-  """One allgather: every rank must reduce gradients of the same shapes and dtypes, with the same op."""
-  mine = (op, [(shape, dtype_name(dtype)) for shape, dtype, _ in layout])
+def _check_same_layout(comm: Communicator, layout: Layout, op: str, what: str, alone: Sequence[bool] = ()) -> None:
+  """One allgather: every rank must reduce gradients of the same shapes and dtypes, with the same op (and, so that
+  they make the same MPI calls, the same gradients in place)."""
+  mine = (op, [(shape, dtype_name(dtype)) for shape, dtype, _ in layout], [i for i, a in enumerate(alone) if a])
   everyone = comm.allgather_object(mine, f"{what}: checking that the ranks agree on the gradients")
   for rank, theirs in enumerate(everyone):
     if theirs == everyone[0]: continue
     if theirs[0] != everyone[0][0]: raise DistributedError(f"{what}: rank {rank} reduces with op={theirs[0]!r} but rank 0 with op={everyone[0][0]!r}")
+    if theirs[1] == everyone[0][1]:
+      raise DistributedError(f"{what}: rank 0 reduces gradients {everyone[0][2]} in their own buffers but rank {rank} gradients {theirs[2]}: "
+                             "the ranks must compute the gradients the same way (one realized them before the call?)")
     a, b = everyone[0][1], theirs[1]
     if len(a) != len(b):
       raise DistributedError(f"{what}: rank 0 has gradients for {len(a)} parameters but rank {rank} for {len(b)}: every rank must "
@@ -227,15 +246,20 @@ def allreduce_gradients(params: Iterable[Tensor], op: str = "mean", bucket_mb: f
     if p.grad.dtype not in REDUCIBLE:   # type: ignore[union-attr]
       raise TypeError(f"allreduce_gradients: gradient {i} (shape {p.shape}) is {dtype_name(p.grad.dtype)}; MPI reduces "   # type: ignore[union-attr]
                       f"{', '.join(dtype_name(d) for d in REDUCIBLE)}: cast the parameter or train in float32")
+  # a gradient not yet realized (or not a plain buffer) gets a buffer of its own from the realize below
+  fresh = [p.grad.uop.base.op is not Ops.BUFFER or _plain_buffer(p.grad) is None for p in params]   # type: ignore[union-attr]
   grads = realized_buffers([p.grad for p in params], realize_with)   # type: ignore[misc]
   layout: Layout = tuple((p.shape, node.dtype, node.device) for p, node in zip(params, grads))
-  key = (layout, op, int(bucket_mb * 2**20), id(comm))
+  alone = tuple(f and node.size * node.dtype.itemsize >= IN_PLACE_BYTES and grads.count(node) == 1 for f, node in zip(fresh, grads))
+  key = (layout, op, int(bucket_mb * 2**20), id(comm), alone)
   if (launch := _launches.get(key)) is None:
-    if (layout, op, id(comm)) not in _agreed:
-      _check_same_layout(comm, layout, op, "allreduce_gradients")
-      _agreed.add((layout, op, id(comm)))
-    launch = _launches[key] = AllreduceLaunch(layout, plan_buckets(layout, key[2]), op, comm)
-  bucket_nodes = [UOp.new_buffer(layout[m[0]][2], size, layout[m[0]][1]) for m, size in zip(launch.buckets, launch.bucket_sizes)]
+    if (layout, op, id(comm), alone) not in _agreed:   # the ranks must make the same MPI calls: the same buckets
+      _check_same_layout(comm, layout, op, "allreduce_gradients", alone)
+      _agreed.add((layout, op, id(comm), alone))
+    buckets = plan_buckets(layout, key[2], alone)
+    launch = _launches[key] = AllreduceLaunch(layout, buckets, op, comm, [len(m) == 1 and alone[m[0]] for m in buckets])
+  bucket_nodes = [grads[m[0]] if in_place else UOp.new_buffer(layout[m[0]][2], size, layout[m[0]][1])
+                  for m, size, in_place in zip(launch.buckets, launch.bucket_sizes, launch.in_place)]
   nodes = tuple(bucket_nodes) + tuple(grads)
   buffers = [buffer_of(node).allocate() for node in nodes]
   if realize.launch_recorder is not None: realize.launch_recorder.append((launch, nodes, buffers))

@@ -43,6 +43,10 @@ Semantics (what differs from running the function eagerly)
     (`model.w = Tensor(...)`) can't be seen: use assign.
   * Python control flow and Python numbers are frozen at capture; a number that changes from call to call is
     either an argument (a new signature) or, baked into a kernel, found by the recordings disagreeing.
+  * Symbolic shapes: a bound Variable passed as an argument (`step(x, pos.bind(5))`) keys the capture by the
+    variable, not its value: a replay runs the same kernels with the new value as their int argument, and returned
+    tensors of symbolic shape get this call's lengths. A Variable the kernels use that is not an argument is fixed at
+    its recorded value, so two recordings with different values disagree (pass it as an argument).
   * JIT=0 in the environment (or `JIT.value = 0`) makes the decorator call the function directly. A jitted
     function called while another one records simply runs (its kernels join the outer capture).
   * PROFILE=1 traces each replay and each recorded call as a span (minigrad/viz/trace.py); with PROFILE=1 or VIZ=1
@@ -60,6 +64,7 @@ from minigrad.helpers import DEBUG, ContextVar, GlobalCounters
 from minigrad.dtype import DType, dtypes
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.shapetracker import ShapeTracker
+from minigrad.uop.variable import Variable
 from minigrad.schedule.scheduler import buffer_view
 from minigrad.runtime.device import Buffer, Device
 from minigrad.engine import realize
@@ -108,6 +113,9 @@ def _signature(named: list[tuple[str, Any]], inputs: list[Tensor]) -> Hashable:
   parts: list[Any] = []
   for name, value in named:
     if isinstance(value, Tensor): parts.append((name, "tensor", value.shape, value.dtype, value.device, bool(value.requires_grad)))
+    elif isinstance(value, Variable):   # a bound Variable: its value is a kernel argument of the capture, not part of the key
+      if not value.bound or value.uop.op is not Ops.BIND: raise TypeError(f"TinyJit: argument {name} must be a bound Variable (Variable.bind), got {value}")
+      parts.append((name, "variable", value.uop.src[0]))
     else:
       try: hash(value)
       except TypeError: raise TypeError(f"TinyJit: argument {name} ({type(value).__name__}) is not hashable; pass Tensors, or values that can key a capture") from None
@@ -149,6 +157,7 @@ class _Recording:
   kinds: list[tuple]                # per slot: ("input", k) ("state", j) ("fresh",) ("temp",) ("random", offset, streams) ("host", bytes) ("const", node)
   nodes: list[UOp]                  # per slot: the BUFFER node of this call
   launches: list[tuple[CompiledKernel, tuple[int, ...]]]
+  var_vals: dict[str, int]          # the values of the Variables the kernels took (from the arguments, or fixed)
   state: list[Tensor]               # carried tensors, in the order of their first assign
   state_reads: list[int | None]     # per carried tensor: the slot of its value before the call (None: not read)
   state_writes: list[int]           # per carried tensor: the slot it holds after the call
@@ -164,7 +173,12 @@ class _Recording:
     return self
 
 
-def _record(fn: Callable, args: tuple, kwargs: dict, inputs: list[Tensor]) -> tuple[Any, _Recording]:
+def _argument_values(named: list[tuple[str, Any]]) -> dict[str, int]:
+  """name -> value of the bound Variables among the arguments."""
+  return {v.uop.src[0].arg[0]: v.uop.src[1].arg for _, v in named if isinstance(v, Variable)}
+
+
+def _record(fn: Callable, args: tuple, kwargs: dict, inputs: list[Tensor], arg_vals: dict[str, int]) -> tuple[Any, _Recording]:
   """Run fn eagerly, recording its launches and assigns; realize what it returned and assigned."""
   start_id = UOp.new_buffer(Device.DEFAULT, 0, dtypes.uint8).arg[0]   # buffers made by this call have larger ids
   rng_start = Tensor._rng_counter
@@ -191,11 +205,11 @@ def _record(fn: Callable, args: tuple, kwargs: dict, inputs: list[Tensor]) -> tu
   # enter the comparison (a tensor first made by this call must not be missed by a capture taken now)
   state = [(t, old) for t, old in before.values() if (base := _plain_base(old)) is not None and base.arg[0] < start_id]
   made_here = tuple((t.shape, t.dtype) for t in assigned if all(t is not s for s, _ in state))
-  return returned, _classify(launches, inputs, state, made_here, leaves, structure, start_id, rng_start)
+  return returned, _classify(launches, inputs, state, made_here, leaves, structure, start_id, rng_start, arg_vals)
 
 
 def _classify(launches: list, inputs: list[Tensor], state: list[tuple[Tensor, UOp]], made_here: tuple, leaves: list[Tensor],
-              structure: Any, start_id: int, rng_start: int) -> _Recording:
+              structure: Any, start_id: int, rng_start: int, arg_vals: dict[str, int]) -> _Recording:
   for j, (t, _) in enumerate(state):
     if any(t is x for x in inputs):
       raise JitError(f"TinyJit: the function assigns its argument {next(k for k, x in enumerate(inputs) if x is t)} (shape {t.shape}); "
@@ -204,7 +218,7 @@ def _classify(launches: list, inputs: list[Tensor], state: list[tuple[Tensor, UO
   for k, t in enumerate(inputs): input_of.setdefault(t.uop.base, k)
   state_of: dict[UOp, int] = {}
   for j, (t, old) in enumerate(state): state_of.setdefault(old.base, j)
-  written = {node for kernel, nodes, _ in launches for node in nodes[:kernel.outputs]}
+  written = {node for kernel, nodes, *_ in launches for node in nodes[:kernel.outputs]}
   held = {t.uop.base for t in leaves} | {t.uop.base for t, _ in state}
   slot_of: dict[UOp, int] = {}
   kinds: list[tuple] = []
@@ -231,21 +245,28 @@ def _classify(launches: list, inputs: list[Tensor], state: list[tuple[Tensor, UO
       nodes.append(node)
     return found
 
-  slot_launches = [(kernel, tuple(slot(n) for n in launch_nodes)) for kernel, launch_nodes, _ in launches]
+  slot_launches = [(kernel, tuple(slot(n) for n in launch_nodes)) for kernel, launch_nodes, *_ in launches]
+  # Variables the kernels took: those passed as arguments change from replay to replay; any other one is fixed at
+  # its recorded value, so two recordings must agree on it (like a Python number baked into a kernel)
+  var_vals: dict[str, int] = {}
+  for _, _, _, *rest in launches:
+    if rest and rest[0]: var_vals.update(rest[0])
+  fixed_vals = tuple(sorted((name, value) for name, value in var_vals.items() if name not in arg_vals))
   state_tensors = [t for t, _ in state]
   results: list[tuple] = []
   for t in leaves:
     if any(t is s for s in state_tensors): results.append(("state", next(j for j, s in enumerate(state_tensors) if s is t)))
     elif any(t is x for x in inputs): results.append(("input", next(k for k, x in enumerate(inputs) if x is t)))
     else:
-      view = None if t.uop.op is Ops.BUFFER else t.uop.arg
+      view = None if t.uop.op is Ops.BUFFER else t.uop.arg.unbind()   # a symbolic result's lengths are bound at each replay
       results.append(("view", slot(t.uop.base), view, t.uop.dtype))
   state_writes = [slot(t.uop.base) for t in state_tensors]
   state_reads = [slot_of.get(old.base) for _, old in state]
   rng_advance = Tensor._rng_counter - rng_start
   signature = (tuple((kernel.kernel.ast, kernel.device, slots) for kernel, slots in slot_launches), tuple(kinds),
-               tuple(id(t) for t in state_tensors), made_here, tuple(state_reads), tuple(state_writes), tuple(results), structure, rng_advance)
-  return _Recording(signature, kinds, nodes, slot_launches, state_tensors, state_reads, state_writes, results, structure,
+               tuple(id(t) for t in state_tensors), made_here, tuple(state_reads), tuple(state_writes), tuple(results), structure, rng_advance,
+               fixed_vals)
+  return _Recording(signature, kinds, nodes, slot_launches, var_vals, state_tensors, state_reads, state_writes, results, structure,
                     rng_advance, realize.assign_count, start_id)
 
 
@@ -263,6 +284,9 @@ def _disagreement(first: _Recording, second: _Recording) -> str:
               "or assigned: pass it as an argument, or keep it in a tensor the function assigns")
     if a[0] == "host" and b[0] == "host": return f"the function builds a tensor from Python data that changes between calls (buffer {slot}); pass it as an argument"
     return f"buffer {slot} was {a[0]} in one call and {b[0]} in the next"
+  if first.signature[-1] != second.signature[-1]:
+    return (f"the values of the Variables {dict(first.signature[-1])} and {dict(second.signature[-1])} differ between the calls: "
+            "pass the bound Variable as an argument of the jitted function")
   if first.signature[2:4] != second.signature[2:4]:
     return "the calls assigned different tensors (a tensor created by each call, assigned and kept alive after it?)"
   return "the calls' carried tensors, results or random numbers differ"
@@ -320,6 +344,7 @@ class CapturedCall:
   """The kernels of one recorded call, ready to run on new arguments."""
   def __init__(self, recording: _Recording):
     self.kinds, self.launches, self.state = recording.kinds, recording.launches, recording.state
+    self.var_vals = recording.var_vals
     self.results, self.structure, self.rng_advance = recording.results, recording.structure, recording.rng_advance
     self.state_writes, self.captured_at = recording.state_writes, recording.assign_count
     self.buffers: list[Buffer | None] = [None] * len(self.kinds)   # fixed buffers: constants, host data, intermediates, keys
@@ -345,6 +370,7 @@ class CapturedCall:
     self.bound: list[tuple[UOp | None, UOp | None]] = [(None, None)] * len(self.state)   # per carried tensor: (node given, its base)
     self.launch_list: LaunchList | bool | None = None   # all kernels as one CPU thread-pool call (built at the first replay)
     self.variable_args: list[tuple[int, Any, int]] = []   # (slot, a launch's address array, argument) each replay rewrites
+    self.value_args: list[tuple[Any, int, str]] = []       # (a launch's address array, argument, Variable name) likewise
     self.counts = (0, 0)                                   # FLOPs and bytes of one replay, for GlobalCounters
     self.memory = plan_memory([slots for _, slots in self.launches], temps)
     for slot, pooled in self.memory.buffers.items(): self.buffers[slot] = pooled.allocate()
@@ -357,8 +383,9 @@ class CapturedCall:
     """False when a constant the capture reads was replaced by an assign since (the function must be recorded again)."""
     return all(realize.replaced_at.get(node, 0) <= self.captured_at for node in self.pinned.values())
 
-  def replay(self, inputs: list[Tensor]) -> Any:
+  def replay(self, inputs: list[Tensor], arg_vals: dict[str, int] | None = None) -> Any:
     if not self.valid(): return _RECORD_AGAIN
+    var_vals = {**self.var_vals, **(arg_vals or {})}
     table = list(self.buffers)
     for slot, k in self.input_slots: table[slot] = buffer_of(inputs[k].uop.base)
     state_bases = [base if t.uop is given else self._current_base(t) for t, (given, base) in zip(self.state, self.bound)]
@@ -371,8 +398,8 @@ class CapturedCall:
     for slot, offset, streams in self.random: table[slot].copyin(random_keys(Tensor._seed, counter + offset, streams))
     Tensor._rng_counter = counter + self.rng_advance
     # PROFILE=1 / VIZ=1 (minigrad/viz/): kernel by kernel, so each launch is timed and recorded
-    if DEBUG >= 1 or viz.observing or not self._run_as_one_list(table):
-      for kernel, slots in self.launches: launch(kernel, [table[s] for s in slots])
+    if DEBUG >= 1 or viz.observing or not self._run_as_one_list(table, var_vals):
+      for kernel, slots in self.launches: launch(kernel, [table[s] for s in slots], var_vals)
 
     def node_of(slot: int) -> UOp:
       kind = self.kinds[slot]
@@ -391,16 +418,17 @@ class CapturedCall:
       elif result[0] == "input": leaves.append(inputs[result[1]])
       else:
         _, slot, view, dtype = result
+        if view is not None and view.extents is not None: view = view.rebind(var_vals)   # this call's lengths
         if slot in generations: leaves.append(Tensor(generations[slot].view(dtype, view)))
         else: leaves.append(Tensor(node_of(slot) if view is None else UOp(Ops.VIEW, dtype, (node_of(slot),), view)))
     return _unflatten(self.structure, iter(leaves))
 
-  def _run_as_one_list(self, table: list[Buffer]) -> bool:
+  def _run_as_one_list(self, table: list[Buffer], var_vals: dict[str, int]) -> bool:
     """Run every kernel with one call into the CPU thread pool, when all of them are CPU kernels (False: they
     aren't, nothing ran). The list is built at the first replay; later ones only rewrite the buffer addresses of
     arguments, carried tensors and fresh results, the slots that change from call to call."""
     if self.launch_list is None:
-      entries = [kernel.pool_launch([table[s] for s in slots]) for kernel, slots in self.launches]
+      entries = [kernel.pool_launch([table[s] for s in slots], var_vals) for kernel, slots in self.launches]
       if any(entry is None for entry in entries):
         self.launch_list = False
         return False
@@ -409,9 +437,13 @@ class CapturedCall:
       addresses = self.launch_list.addresses
       self.variable_args = [(slots[j], addresses[i], arg) for i, (kernel, slots) in enumerate(self.launches)
                             for arg, j in enumerate(kernel.buffer_args) if slots[j] in variable]
+      # the values of Variables sit after each kernel's buffer addresses: rewritten at every replay too
+      self.value_args = [(addresses[i], len(kernel.buffer_args) + j, name) for i, (kernel, _) in enumerate(self.launches)
+                         for j, (name, _, _) in enumerate(kernel.variables)]
       self.counts = (sum(kernel.flops for kernel, _ in self.launches), sum(table[s].nbytes for _, slots in self.launches for s in slots))
     if self.launch_list is False: return False
     for slot, addresses, arg in self.variable_args: addresses[arg] = table[slot].opaque
+    for addresses, arg, name in self.value_args: addresses[arg] = var_vals[name]
     self.launch_list.run()
     GlobalCounters.kernel_count += len(self.launches)
     GlobalCounters.global_ops += self.counts[0]
@@ -480,13 +512,14 @@ class TinyJit:
       if len(self.entries) > MAX_SIGNATURES: self.entries.popitem(last=False)
     self.entries.move_to_end(key)
     start = trace.now() if viz.profiling else 0.0   # PROFILE=1: a span for each replay and each recorded call
+    arg_vals = _argument_values(named)
     if entry.captured is not None:
-      if (result := entry.captured.replay(inputs)) is not _RECORD_AGAIN:
+      if (result := entry.captured.replay(inputs, arg_vals)) is not _RECORD_AGAIN:
         if viz.profiling: trace.complete(f"TinyJit replay {getattr(self, '__name__', 'function')}", "jit", start, kernels=len(entry.captured.launches))
         return result
       if DEBUG >= 1: print("TinyJit: a constant of the capture changed (or carried tensors share memory differently): recording again")
       entry = self.entries[key] = _Entry()
-    returned, recording = _record(self.fn, args, kwargs, inputs)
+    returned, recording = _record(self.fn, args, kwargs, inputs, arg_vals)
     entry.add(recording)
     if viz.profiling: trace.complete(f"TinyJit record {getattr(self, '__name__', 'function')}", "jit", start, captured=entry.captured is not None)
     return returned

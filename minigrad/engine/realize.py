@@ -65,6 +65,20 @@ class CompiledKernel:
   launch_dims: tuple[tuple[int, ...], tuple[int, ...]] | None = None   # GPU: (workgroups, threads per workgroup), x/y/z
   commented_source: str = ""   # `source` with comments naming its ops, when source lines were captured (minigrad/viz/)
   checked_sizes: set[tuple[int, ...]] = field(default_factory=set)
+  # (name, min, max) of the Variables the kernel takes as int arguments, in its argument order (symbolic shapes)
+  variables: tuple[tuple[str, int, int], ...] = ()
+
+  def variable_values(self, var_vals: dict[str, int] | None) -> tuple[int, ...]:
+    """The kernel's int arguments from the bound values; a clear error for an unbound or out-of-range one."""
+    if not self.variables: return ()
+    values = []
+    for name, lo, hi in self.variables:
+      if var_vals is None or name not in var_vals:
+        raise RuntimeError(f"kernel {self.name} needs a value for Variable {name!r}, which is not bound: bind it (Variable.bind) "
+                           "before using it in a shape")
+      if not lo <= (value := var_vals[name]) <= hi: raise ValueError(f"Variable {name}: value {value} is outside its range [{lo}, {hi}]")
+      values.append(value)
+    return tuple(values)
 
   def check_bounds(self, buffers: list[Buffer]) -> None:
     """Refuse to launch when an ungated index can leave its buffer (a bug upstream, never a segfault). A select
@@ -90,18 +104,24 @@ class CompiledKernel:
       self.check_bounds(buffers)
       self.checked_sizes.add(sizes)
 
-  def pool_launch(self, buffers: list[Buffer]) -> tuple | None:
+  def pool_launch(self, buffers: list[Buffer], var_vals: dict[str, int] | None = None) -> tuple | None:
     """This launch as an entry of a CPU thread-pool LaunchList (minigrad/runtime/cpu_pool.py), or None when the
-    device launches kernels its own way (GPUs, the PYTHON interpreter). `buffers` must be allocated."""
+    device launches kernels its own way (GPUs, the PYTHON interpreter). `buffers` must be allocated. The values of
+    the kernel's Variables follow the buffer addresses (the entry function reads them from there)."""
     if getattr(self.program, "entry", None) is None: return None
     self._check_once(buffers)
-    return self.program.launch(tuple(buffers[i].opaque for i in self.buffer_args), self.outer_loop, self.work)
+    addresses = tuple(buffers[i].opaque for i in self.buffer_args) + self.variable_values(var_vals)
+    return self.program.launch(addresses, self.outer_loop, self.work)
 
-  def __call__(self, buffers: list[Buffer], wait: bool = False) -> float | None:
+  def __call__(self, buffers: list[Buffer], wait: bool = False, var_vals: dict[str, int] | None = None) -> float | None:
     self._check_once(buffers)
-    extra = {} if self.outer_loop is None else {"outer_loop": self.outer_loop, "work": self.work}
+    extra: dict = {} if self.outer_loop is None else {"outer_loop": self.outer_loop, "work": self.work}
     if self.launch_dims is not None: extra = {"global_size": self.launch_dims[0], "local_size": self.launch_dims[1]}
-    return self.program(*[buffers[i].opaque for i in self.buffer_args], wait=wait, **extra)
+    addresses = [buffers[i].opaque for i in self.buffer_args]
+    if self.variables:   # CPU entry functions read the values after the buffer addresses; other devices take them apart
+      if getattr(self.program, "entry", None) is not None: addresses += self.variable_values(var_vals)
+      else: extra["vals"] = self.variable_values(var_vals)
+    return self.program(*addresses, wait=wait, **extra)
 
 
 def count_flops(uops: list[UOp]) -> int:
@@ -216,9 +236,10 @@ def load_kernel(kernel: Kernel, device: str, uops: list[UOp], source: str, binar
   dev = Device[device]
   program = dev.program(kernel.name, binary)
   outer_loop = next((u.arg[2] for u in uops if u.op is Ops.DEFINE_VAR and u.arg[0] == "core_end"), None)   # threads split it
+  variables = tuple(u.arg for u in uops if u.op is Ops.DEFINE_VAR and u.arg[0] not in ("core_start", "core_end"))
   return CompiledKernel(kernel.name, device, source, uops, kernel, program, count_flops(uops),
                         outer_loop, sorted(u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL),
-                        launch_dims(uops) if getattr(dev.renderer, "has_local", False) else None)
+                        launch_dims(uops) if getattr(dev.renderer, "has_local", False) else None, variables=variables)
 
 
 def launch_dims(uops: list[UOp]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -268,8 +289,9 @@ def run_schedule(items: list[ScheduleItem], stored: dict[UOp, UOp] | None = None
       bufs = [buffer_of(b).allocate() for b in item.bufs]
       kernels.append(kernel)
       launched.append(bufs)
-      if launch_recorder is not None: launch_recorder.append((kernel, item.bufs, bufs))
-      launch(kernel, bufs)
+      var_vals = dict(item.var_vals) if item.var_vals else None
+      if launch_recorder is not None: launch_recorder.append((kernel, item.bufs, bufs, var_vals))
+      launch(kernel, bufs, var_vals)
     except BaseException as error:
       failed_buffers.update({b: True for later in items[i:] for b in later.bufs[:later.outputs]})
       # the kernel's ops and the user's lines behind them (minigrad/viz/errors.py)
@@ -283,11 +305,12 @@ def run_schedule(items: list[ScheduleItem], stored: dict[UOp, UOp] | None = None
 _ast_of, _device_of = attrgetter("ast"), attrgetter("device")
 
 
-def launch(kernel: CompiledKernel, bufs: list[Buffer]) -> None:
-  """Run one compiled kernel on its buffers, counted in GlobalCounters (and printed at DEBUG>=1)."""
+def launch(kernel: CompiledKernel, bufs: list[Buffer], var_vals: dict[str, int] | None = None) -> None:
+  """Run one compiled kernel on its buffers (and the values of the Variables it takes), counted in GlobalCounters
+  (and printed at DEBUG>=1)."""
   observe = viz.observing   # PROFILE=1 or VIZ=1: every launch is timed and recorded
   start = time.perf_counter() if observe else 0.0
-  seconds = kernel(bufs, wait=observe or DEBUG >= 2)
+  seconds = kernel(bufs, wait=observe or DEBUG >= 2, var_vals=var_vals) if kernel.variables else kernel(bufs, wait=observe or DEBUG >= 2)
   nbytes = sum(b.nbytes for b in bufs)
   GlobalCounters.kernel_count += 1
   GlobalCounters.global_ops += kernel.flops
@@ -328,7 +351,7 @@ def print_totals() -> None:
 # per BUFFER node, the assignment count at which a tensor holding it (or a lazy graph reading it) was given a new
 # value: a captured function that read that buffer as a constant must be captured again. It is kept once a
 # capture exists (`watch_assigns`); kept on the nodes, like `buffers`.
-launch_recorder: list[tuple[CompiledKernel, tuple[UOp, ...], list[Buffer]]] | None = None
+launch_recorder: list[tuple[CompiledKernel, tuple[UOp, ...], list[Buffer], dict[str, int] | None]] | None = None
 assign_recorder: list[tuple[weakref.ref, UOp]] | None = None
 replaced_at = NodeTable("replaced_at")   # BUFFER node -> the assignment count when its holder got a new value
 assign_count = 0

@@ -325,7 +325,9 @@ class _Search:
 
   def _run(self, program: CompiledKernel, buffers: list[Buffer]) -> float:
     start = time.perf_counter()
-    seconds = program(buffers, wait=True)
+    # a kernel of symbolic shape is tuned at the largest value of each Variable: the lengths its buffers are laid out for
+    largest = {name: hi for name, _, hi in program.variables}
+    seconds = program(buffers, wait=True, **({"var_vals": largest} if largest else {}))
     if seconds is None:   # a program that doesn't time itself: wall-clock time after waiting for the device
       Device[self.device].synchronize()
       seconds = time.perf_counter() - start

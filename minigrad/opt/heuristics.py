@@ -122,6 +122,18 @@ def _lanes_fit(k: Kernel, opt: Opt, scattered_output: bool = False, gathered_par
 
 
 def hand_coded_optimizations(k: Kernel) -> None:
+  if k.symbolic:
+    # variable-length loops (symbolic shapes) can't be split: when the heuristics reach for one, the kernel keeps
+    # the actions chosen on a copy up to then
+    trial = k.copy()
+    try: _choose_optimizations(trial)
+    except KernelOptError: pass
+    for opt in trial.applied_opts: k.apply_opt(opt)
+    return
+  _choose_optimizations(k)
+
+
+def _choose_optimizations(k: Kernel) -> None:
   if k.has_local: return gpu_optimizations(k)
   if not k.full_shape: return
   _cpu_optimizations(k)

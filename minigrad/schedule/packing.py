@@ -48,7 +48,7 @@ def pack_operands(items: list, make_item) -> list:
   out = []
   for item in items:
     packs = [p for p in (_packing_plan(item, load) or _row_major_plan(item, load) for load in _reduce_loads(item.ast)) if p is not None] \
-      if item.device in PACKED_DEVICES else []
+      if item.device in PACKED_DEVICES and not _has_symbolic_dims(item.ast) else []
     if not packs:
       out.append(item)
       continue
@@ -63,6 +63,12 @@ def pack_operands(items: list, make_item) -> list:
       bufs.append(packed)
     out.append(make_item(item.ast.substitute(replace), tuple(bufs)))
   return out
+
+
+def _has_symbolic_dims(ast: UOp) -> bool:
+  """A kernel with variable-length loops (symbolic shapes) keeps its operands as they are: a packed copy is laid
+  out for fixed sizes."""
+  return any(n.op is Ops.VIEW and n.arg.extents is not None for n in ast.toposort)
 
 
 def _reduce_loads(ast: UOp) -> list[UOp]:

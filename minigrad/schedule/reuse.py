@@ -26,6 +26,7 @@ import math
 import time
 from minigrad.helpers import DEBUG
 from minigrad.uop.ops import UOp, Ops
+from minigrad.uop.variable import state as variables
 
 MAX_RECIPES = 256
 _op, _dtype, _arg, _src = attrgetter("op"), attrgetter("dtype"), attrgetter("arg"), attrgetter("src")
@@ -65,6 +66,7 @@ class Structure:
     # (its source, a DEVICE, is in the walk).
     args = list(map(_arg, nodes))
     for at in buffers_at: args[at] = args[at][1]
+    if variables["in_use"]: args = list(map(_unbound, args))   # so is the value a Variable is bound to (symbolic shapes)
     arg_types = tuple(map(type, args))
     float_signs = tuple(map(math.copysign, repeat(1.0), compress(args, map(is_, arg_types, repeat(float)))))
     sources = tuple(map(tuple, map(map, repeat(index.__getitem__), map(_src, nodes))))
@@ -72,6 +74,11 @@ class Structure:
     self.index, self.nodes = index, nodes
     self.key = _Key((tuple(map(index.__getitem__, roots)), entries))
 
+
+def _unbound(arg: Any) -> Any:
+  """A symbolic VIEW's ShapeTracker over unbound Variables (minigrad/uop/variable.py): graphs that differ only in the
+  values their Variables are bound to share a structure; the scheduler rebinds a replay's views to this call's."""
+  return arg.unbind() if getattr(arg, "extents", None) is not None else arg
 
 
 class _Key:

@@ -26,11 +26,14 @@ the reduce axes set to 1; each side reduce has dims of its own after those, wher
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
+import dataclasses
 import time
 from minigrad.dtype import dtypes
 from minigrad.helpers import prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, NodeTable, toposort
 from minigrad.uop.shapetracker import ShapeTracker, View, row_major_strides
+from minigrad.uop import variable
+from minigrad.uop.variable import extents_of, symbolic_shape, unbind
 from minigrad.schedule.packing import pack_operands
 from minigrad.schedule.multi_output import merge_elementwise
 from minigrad.schedule import reuse
@@ -43,6 +46,7 @@ class ScheduleItem:
   ast: UOp                 # SINK of STOREs (one per output)
   bufs: tuple[UOp, ...]    # BUFFER nodes in DEFINE_GLOBAL order: the outputs first, then the inputs
   outputs: int = 1         # how many of `bufs` the kernel writes (several: minigrad.schedule.multi_output)
+  var_vals: tuple[tuple[str, int], ...] = ()   # (name, value) of the Variables bound in the graph: the kernel's int arguments
 
   @property
   def device(self) -> str: return self.bufs[0].device
@@ -228,7 +232,7 @@ def _side_reduce_refused(reduce: UOp, kept: tuple[int, ...] | None, side_ok: boo
 def _reshapes(view: ShapeTracker, node: UOp) -> bool:
   """Does `view` read all of `node` in order, as a plain reshape? (A contiguous view of fewer elements reads a prefix:
   the first row of a reduce's output seen as (1, 1) is contiguous too.)"""
-  return view.contiguous and prod(view.shape) == node.size
+  return view.with_extents(None).contiguous and prod(view.shape) == node.size   # (a symbolic one reads the same layout)
 
 
 def _side_region(reduce: UOp, kept: tuple[int, ...]) -> tuple[int | None, ...]:
@@ -280,8 +284,10 @@ class _KernelBuilder:
 
   def build(self, output: UOp) -> UOp:
     value_root = self.root.src[0] if self.root.op is Ops.CONTIGUOUS else self.root
-    kernel_shape = self.plan.main.shape if self.plan.main is not None else self.root.shape
-    root_view = ShapeTracker.from_shape(self.root.shape).reshape(kernel_shape + self.extra)
+    # shapes with variable-length dims as expressions over DEFINE_VARs: the kernel loops to them, whatever their values
+    root_shape = symbolic_shape(self.root, bound=False)
+    kernel_shape = symbolic_shape(self.plan.main, bound=False) if self.plan.main is not None else root_shape
+    root_view = ShapeTracker.from_shape(root_shape).reshape(kernel_shape + self.extra)
     value = self._value(value_root, root_view)
     out_global = UOp(Ops.DEFINE_GLOBAL, output.dtype.ptr(), (), 0)
     store = UOp(Ops.STORE, dtypes.void, (out_global, UOp(Ops.VIEW, arg=ShapeTracker.from_shape(kernel_shape + self.extra)), value))
@@ -295,7 +301,13 @@ class _KernelBuilder:
     shape, strides = [1] * self.plan.rank, [0] * self.plan.rank
     for axis, dim in zip([a for a, size in enumerate(reduce.shape) if size > 1], kept): shape[dim], strides[dim] = in_shape[axis], in_strides[axis]
     for axis, dim in zip(reduce.arg[1], extra): shape[dim], strides[dim] = in_shape[axis], in_strides[axis]
-    return ShapeTracker((View.create(shape, strides),))
+    view = ShapeTracker((View.create(shape, strides),))
+    if (in_extents := extents_of(reduce.src[0])) is None: return view
+    # variable-length axes of the input (symbolic shapes): the loops over their dims run to the Variable
+    extents: list[UOp | None] = [None] * self.plan.rank
+    for axis, dim in zip([a for a, size in enumerate(reduce.shape) if size > 1], kept): extents[dim] = in_extents[axis]
+    for axis, dim in zip(reduce.arg[1], extra): extents[dim] = in_extents[axis]
+    return view.with_extents(tuple(None if e is None else unbind(e) for e in extents))
 
   def _load(self, buffer: UOp, view: ShapeTracker) -> UOp:
     if buffer not in self.inputs: self.inputs.append(buffer)
@@ -342,8 +354,9 @@ class _KernelBuilder:
     if node.op is Ops.VIEW: return [(node.src[0], node.arg + view)]
     if node.op is Ops.REDUCE_AXIS:
       if node in self.plan.sides: return [(node.src[0], self._side_view(node))]
-      if not view.contiguous: raise RuntimeError(f"internal error: reduce fused through a non-reshape view {view}")
-      return [(node.src[0], ShapeTracker.from_shape(node.src[0].shape).reshape(node.src[0].shape + self.extra))]
+      if not view.with_extents(None).contiguous: raise RuntimeError(f"internal error: reduce fused through a non-reshape view {view}")
+      src_shape = symbolic_shape(node.src[0], bound=False)
+      return [(node.src[0], ShapeTracker.from_shape(src_shape).reshape(src_shape + self.extra))]
     return [(s, view) for s in node.src]
 
 
@@ -355,6 +368,9 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   structure = reuse.Structure(targets, realized)   # earlier results read from their buffers
   if (found := reuse.replay(structure, ScheduleItem)) is not None:
     items, becomes, stored = found
+    if values := bound_variables(structure.nodes):   # the recipe's symbolic views hold the values of the call that recorded it
+      items = _with_values(items, values)
+      becomes, stored = [_rebound(u, values) for u in becomes], {node: _rebound(view, values) for node, view in stored.items()}
     if viz.profiling: trace.complete("schedule (replayed)", "schedule", begin, kernels=len(items))
     if viz.reporting: report.replayed(items)
     return items, dict(zip(targets, becomes)), stored
@@ -363,6 +379,7 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   items, becomes, stored = _schedule(dict(zip(targets, graphs)))
   if any(g is not t for g, t in zip(graphs, targets)): structure = reuse.Structure(graphs)   # the graph scheduled
   reuse.record(structure, items, [becomes[t] for t in targets], stored, time.perf_counter() - start)
+  if values := bound_variables(structure.nodes): items = _with_values(items, values)
   if viz.profiling: trace.complete("schedule", "schedule", begin, kernels=len(items))
   return items, becomes, stored
 
@@ -385,13 +402,42 @@ def _schedule(rewritten: dict[UOp, UOp]) -> tuple[list[ScheduleItem], dict[UOp, 
   items = merge_elementwise(pack_operands(items, ScheduleItem), ScheduleItem)
   fused = boundaries.record_schedule(items, order, buffers, fusion.reasons)
   if viz.reporting and fused is not None: report.scheduled(items, order, buffers, fused)
-  stored = {node: buffer_view(buffers[node], node.shape) for node in order}
+  stored = {node: _stored_view(buffers[node], node) for node in order}
   becomes: dict[UOp, UOp] = {}
   for original, t in rewritten.items():
     if t in stored: becomes[original] = stored[t]
     elif t.base in stored: becomes[original] = UOp(Ops.VIEW, t.dtype, (buffers[t.base],), t.arg)
     else: becomes[original] = t
   return items, becomes, stored
+
+
+def _stored_view(buffer: UOp, node: UOp) -> UOp:
+  """The buffer-backed node holding `node`'s value: a variable-length dim keeps its size expression (the buffer is
+  laid out for the largest size)."""
+  if (extents := extents_of(node)) is None: return buffer_view(buffer, node.shape)
+  return UOp(Ops.VIEW, buffer.dtype, (buffer,), ShapeTracker.from_shape(node.shape).with_extents(extents))
+
+
+def _rebound(u: UOp, values: dict[str, int]) -> UOp:
+  """A replayed buffer view with its Variables bound to this call's values."""
+  if u.op is not Ops.VIEW or u.arg.extents is None: return u
+  return UOp(Ops.VIEW, u.dtype, u.src, u.arg.rebind(values))
+
+
+def bound_variables(nodes: list[UOp]) -> dict[str, int]:
+  """name -> value of every Variable bound in the VIEWs among `nodes` (an error when one name has two values); empty
+  at once while no Variable exists."""
+  values: dict[str, int] = {}
+  if not variable.state["in_use"]: return values
+  for n in nodes:
+    if n.op is Ops.VIEW and n.arg.extents is not None: n.arg.bound_values(values)
+  return values
+
+
+def _with_values(items: list[ScheduleItem], values: dict[str, int]) -> list[ScheduleItem]:
+  """The items with the values of the graph's bound Variables: every kernel's int arguments come from them."""
+  var_vals = tuple(sorted(values.items()))
+  return [dataclasses.replace(item, var_vals=var_vals) for item in items]
 
 
 def _substitute_realized(targets: list[UOp]) -> list[UOp]:

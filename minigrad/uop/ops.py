@@ -31,6 +31,7 @@ class Ops(Enum):
   RANGE = auto(); REDUCE = auto(); INDEX = auto(); DEFINE_ACC = auto(); ASSIGN = auto(); ENDRANGE = auto()
   SPECIAL = auto(); DEFINE_VAR = auto(); VECTORIZE = auto(); GEP = auto(); IF = auto(); ENDIF = auto()
   DEFINE_LOCAL = auto(); BARRIER = auto()
+  BIND = auto()     # a DEFINE_VAR given its value for one call: BIND(DEFINE_VAR, CONST value) (symbolic shapes)
   # values
   CONST = auto(); CAST = auto(); BITCAST = auto()
   ARANGE = auto()   # a leaf whose element i is i: arange, RNG counters and index tricks, computed in the kernel
@@ -300,6 +301,7 @@ def _compute_bounds(u: UOp) -> tuple[Any, Any]:
   lo, hi = dtypes.min(u.dtype), dtypes.max(u.dtype)
   if u.op is Ops.CONST and u.dtype.count == 1: return u.arg, u.arg
   if u.op is Ops.DEFINE_VAR: return u.arg[1], u.arg[2]
+  if u.op is Ops.BIND: return u.src[0].arg[1], u.src[0].arg[2]   # the variable's range, not its value: one kernel for all
   if u.op is Ops.RANGE: return u.src[0].vmin, u.src[1].vmax - 1
   if u.op is Ops.SPECIAL: return 0, u.arg[1] - 1
   if not (dtypes.is_int(u.dtype) or dtypes.is_bool(u.dtype)) or u.dtype.count != 1: return lo, hi

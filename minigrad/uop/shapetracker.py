@@ -21,6 +21,8 @@ from minigrad.helpers import cached_hash, prod
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.rewrite import graph_rewrite
 from minigrad.uop.symbolic import symbolic, split_terms
+from minigrad.uop.symbolic_view import has_symbolic, move_extents, to_ir
+from minigrad.uop.variable import unbind, bound_values, rebind
 
 Mask = tuple[tuple[int, int], ...]
 
@@ -371,18 +373,54 @@ def merge_views(first: View, second: View) -> View | None:
 @cached_hash
 @dataclass(frozen=True)
 class ShapeTracker:
-  """A stack of views: views[0] addresses the buffer, views[-1] gives the visible shape."""
+  """A stack of views: views[0] addresses the buffer, views[-1] gives the visible shape. `extents`: per visible dim
+  the size expression of a variable-length dim (its integer size in `shape` is the largest value), else None; None
+  when no dim is symbolic (see minigrad.uop.variable)."""
   views: tuple[View, ...]
+  extents: tuple[UOp | None, ...] | None = None
+
+  def __repr__(self) -> str:   # the extents only when a dim is symbolic: most printed graphs have none
+    return f"ShapeTracker(views={self.views!r})" if self.extents is None else f"ShapeTracker(views={self.views!r}, extents={self.extents!r})"
 
   @staticmethod
-  def from_shape(shape: Sequence[int]) -> ShapeTracker: return _contiguous(tuple(shape))
+  def from_shape(shape: Sequence[int | UOp]) -> ShapeTracker:
+    """The row-major tracker of `shape`; entries may be size expressions (laid out at their largest value)."""
+    shape = tuple(shape)
+    if not has_symbolic(shape): return _contiguous(shape)
+    shape = to_ir(shape)
+    return _contiguous(tuple(int(s.vmax) if isinstance(s, UOp) else s for s in shape)).with_extents(
+      tuple(s if isinstance(s, UOp) else None for s in shape))
+
+  # ---- symbolic sizes ----
+  def with_extents(self, extents: tuple[UOp | None, ...] | None) -> ShapeTracker:
+    """This tracker's views with other extents (none at all when every dim is fixed)."""
+    if extents is not None and all(e is None for e in extents): extents = None
+    return self if extents == self.extents else ShapeTracker(self.views, extents)
+  @property
+  def symbolic_shape(self) -> tuple[int | UOp, ...]:
+    """The shape with each variable-length dim as its size expression."""
+    if self.extents is None: return self.shape
+    return tuple(s if e is None else e for s, e in zip(self.shape, self.extents))
+  def unbind(self) -> ShapeTracker:
+    """The tracker with its extents over DEFINE_VARs only (what kernel ASTs hold: the same for every value)."""
+    if self.extents is None: return self
+    return self.with_extents(tuple(None if e is None else unbind(e) for e in self.extents))
+  def rebind(self, values: dict[str, int]) -> ShapeTracker:
+    """The tracker with the Variables named in `values` bound to those values instead."""
+    if self.extents is None: return self
+    return self.with_extents(tuple(None if e is None else rebind(e, values) for e in self.extents))
+  def bound_values(self, into: dict[str, int]) -> None:
+    """Add the values the extents are bound to (name -> value) to `into`."""
+    for e in self.extents or ():
+      if e is not None: bound_values(e, into)
 
   @property
   def shape(self) -> tuple[int, ...]: return self.views[-1].shape
   @property
   def size(self) -> int: return self.views[-1].size()
   @property
-  def contiguous(self) -> bool: return len(self.views) == 1 and self.views[0].contiguous
+  def contiguous(self) -> bool:   # a symbolic view shows a prefix of its buffer, never all of it
+    return len(self.views) == 1 and self.views[0].contiguous and self.extents is None
 
   def _with_last(self, view: View) -> ShapeTracker:
     tracker = ShapeTracker(self.views[:-1] + (view,))
@@ -397,6 +435,9 @@ class ShapeTracker:
   def flip(self, axes: Sequence[int]) -> ShapeTracker: return _moved(self, "flip", tuple(axes))
 
   def _move(self, how: str, arg: tuple) -> ShapeTracker:
+    if self.extents is not None or has_symbolic(arg):   # the integer part moves as usual; the extents follow
+      int_arg, extents = move_extents(self.shape, self.extents, how, arg)
+      return ShapeTracker(self.views)._move(how, int_arg).with_extents(extents)
     if how == "reshape" and (reshaped := self.views[-1].reshape(arg)) is None:
       return ShapeTracker(self.views + (View.create(arg),)).simplify()
     return self._with_last(reshaped if how == "reshape" else getattr(self.views[-1], how)(arg))
@@ -411,7 +452,8 @@ class ShapeTracker:
     if reach is not None and not (0 <= reach[0] and reach[1] < self.size):
       raise ValueError(f"can't compose: {other} reads elements {reach[0]}..{reach[1]}, outside the {self.size} "
                        f"elements of shape {self.shape}")
-    return ShapeTracker(self.views + other.views).simplify()
+    # the result shows other's dims: other's extents (self's describe the array other reads, laid out at full size)
+    return ShapeTracker(self.views + other.views).simplify().with_extents(other.extents)
 
   def simplify(self) -> ShapeTracker:
     """Merge adjacent views while some pair is expressible as one view."""
@@ -425,7 +467,7 @@ class ShapeTracker:
           views[i:i + 2] = [merged]
           merged_any = True
           break
-    return self if len(views) == len(self.views) else ShapeTracker(tuple(views))
+    return self if len(views) == len(self.views) else ShapeTracker(tuple(views), self.extents)
 
   # ---- lowering to index math ----
   def to_indexed_uops(self, idxs: Sequence[UOp] | None = None) -> tuple[UOp, UOp]:
