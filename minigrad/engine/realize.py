@@ -270,8 +270,8 @@ def run_schedule(items: list[ScheduleItem], stored: dict[UOp, UOp] | None = None
     if DEBUG >= 2 and items: _print_memory(items, plan)
   # a schedule of several kernels that ran before runs as one thread-pool call (minigrad/engine/batched.py), unless
   # launches are watched one by one (DEBUG, PROFILE/VIZ, a TinyJit capture) or searched (BEAM)
-  watched = DEBUG >= 1 or viz.observing or launch_recorder is not None or BEAM >= 1
-  key = None if watched or len(items) < 2 else (tuple(map(_ast_of, items)), tuple(map(_device_of, items)))
+  batchable = len(items) > 1 and launch_recorder is None and not viz.observing and DEBUG < 1 and BEAM < 1
+  key = (tuple(map(_ast_of, items)), tuple(map(_device_of, items))) if batchable else None
   if key is not None and (batch := batched.find(key, compiled_kernels)) is not None:
     try:
       if batch.run([[buffer_of(b).allocate() for b in item.bufs] for item in items]):

@@ -20,7 +20,7 @@ the buffers the scheduler created, so it keeps no user's memory alive. The MAX_R
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import attrgetter, is_
 import math
 import time
@@ -61,16 +61,17 @@ class Structure:
       push_all(node.src)
       nodes.append(node)
     # the key's columns, each built by C loops (map, compress) rather than a Python loop per node: ops, dtypes,
-    # args, the args' types (True, 1 and 1.0 are equal in Python), the signs of float args (so are 0.0 and -0.0)
-    # and the sources' positions. A BUFFER is a parameter: its arg (a unique id and the size) counts as the size
-    # (its source, a DEVICE, is in the walk).
+    # args, the args' types (True, 1 and 1.0 are equal in Python), the signs of float args (so are 0.0 and -0.0),
+    # and the sources' positions (flat, with each node's count). A BUFFER is a parameter: its arg (a unique id and
+    # the size) counts as the size (its source, a DEVICE, is in the walk).
     args = list(map(_arg, nodes))
     for at in buffers_at: args[at] = args[at][1]
     if variables["in_use"]: args = list(map(_unbound, args))   # so is the value a Variable is bound to (symbolic shapes)
     arg_types = tuple(map(type, args))
-    float_signs = tuple(map(math.copysign, repeat(1.0), compress(args, map(is_, arg_types, repeat(float)))))
-    sources = tuple(map(tuple, map(map, repeat(index.__getitem__), map(_src, nodes))))
-    entries = (tuple(map(_op, nodes)), tuple(map(_dtype, nodes)), tuple(args), arg_types, float_signs, sources)
+    float_signs = tuple(map(math.copysign, repeat(1.0), compress(args, map(is_, arg_types, repeat(float))))) if float in arg_types else ()
+    sources = list(map(_src, nodes))   # all nodes' source positions in one tuple, and how many each node has
+    entries = (tuple(map(_op, nodes)), tuple(map(_dtype, nodes)), tuple(args), arg_types, float_signs,
+               tuple(map(len, sources)), tuple(map(index.__getitem__, chain.from_iterable(sources))))
     self.index, self.nodes = index, nodes
     self.key = _Key((tuple(map(index.__getitem__, roots)), entries))
 
