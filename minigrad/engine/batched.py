@@ -54,7 +54,7 @@ class Batch:
     return True
 
 
-batches: dict[tuple, Batch | None] = {}   # (device, the ASTs in order) -> its Batch, None when it can't be one
+batches: dict[tuple, Batch | None] = {}   # (the kernel ASTs in order, their devices) -> a Batch, None when it can't be one
 
 
 def find(key: tuple, compiled: dict) -> Batch | None:
