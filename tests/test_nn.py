@@ -311,6 +311,7 @@ def test_losses_check_shapes():
   with pytest.raises(ValueError, match=r"\(2, 3\).*\(3, 2\)"): F.mse_loss(Tensor(randn(2, 3)), Tensor(randn(3, 2)))
   with pytest.raises(ValueError, match=r"\(4,\).*\(4, 1\)"): F.binary_crossentropy_logits(Tensor(randn(4)), Tensor(randn(4, 1)))
   with pytest.raises(ValueError, match="reduction"): F.mse_loss(Tensor(randn(2)), Tensor(randn(2)), reduction="avg")
+  with pytest.raises(ValueError, match="reduction"): F.cross_entropy(Tensor(randn(2, 3)), Tensor([0, 2]), reduction="avg")
 
 
 def test_binary_crossentropy_logits_stable_and_matches_torch():

@@ -391,7 +391,6 @@ def cross_entropy(logits: Tensor, target: Tensor, label_smoothing: float = 0.0, 
   template), and its gradient is the formula softmax * sum(target) - target (no chain rule through the softmax)."""
   if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
   if logits.ndim == 0: raise ValueError(f"cross_entropy: logits must have a class dimension, got shape {logits.shape}")
-  if reduction not in ("mean", "sum", "none"): raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
   class_axis = 0 if logits.ndim == 1 else 1
   if dtypes.is_int(target.dtype):
     expected = logits.shape[:class_axis] + logits.shape[class_axis + 1:]
