@@ -21,15 +21,10 @@ if TYPE_CHECKING: from minigrad.tensor import Tensor
 def view_uop(u: UOp, apply: Any) -> UOp:
   """Apply a ShapeTracker method to a tensor-graph node: VIEWs stack into one VIEW over the base."""
   # a node of symbolic shape (Variables) starts from a tracker with its size expressions
-  base, st = (u.src[0], u.arg) if u.op is Ops.VIEW and u.src else (u, ShapeTracker.from_shape(shape_of(u)))
+  base, st = (u.src[0], u.arg) if u.op is Ops.VIEW and u.src else (u, ShapeTracker.from_shape(symbolic_shape(u)))
   new_st = apply(st)
   if new_st.contiguous and new_st.shape == base.shape: return base
   return UOp(Ops.VIEW, u.dtype, (base,), new_st)
-
-
-def shape_of(u: UOp) -> tuple:
-  """A node's shape, with the size expressions of its variable-length dims once Variables are in use."""
-  return symbolic_shape(u) if variables["in_use"] else u.shape
 
 
 _ctx_of, _requires_grad_of, _uop_of = operator.attrgetter("_ctx"), operator.attrgetter("requires_grad"), operator.attrgetter("uop")
@@ -119,7 +114,7 @@ class Sqrt(Function):
 class Relu(Function):
   def forward(self, x: UOp) -> UOp:
     self.x = x
-    return x.alu(Ops.MAX, const_uop(0, x.dtype, x.device, shape_of(x)))
+    return x.alu(Ops.MAX, const_uop(0, x.dtype, x.device, symbolic_shape(x)))
   def backward(self, grad: Tensor) -> Tensor: return (self.tensor(self.x) > 0).where(grad, 0.0)
 
 # ---- binary ----
@@ -197,7 +192,7 @@ class Permute(Function):
 
 class Expand(Function):
   def forward(self, x: UOp, shape: tuple[int, ...]) -> UOp:
-    self.axes = tuple(i for i, (old, new) in enumerate(zip(shape_of(x), shape)) if old != new)
+    self.axes = tuple(i for i, (old, new) in enumerate(zip(symbolic_shape(x), shape)) if old != new)
     return view_uop(x, lambda st: st.expand(shape))
   def backward(self, grad: Tensor) -> Tensor: return grad.sum(self.axes, keepdim=True)
 

@@ -66,13 +66,13 @@ def find(key: tuple, compiled: dict) -> Batch | None:
   return batch if all(map(is_, map(compiled.get, batch.keys), batch.kernels)) else None
 
 
-def keep(key: tuple, keys: Sequence[tuple], kernels: Sequence[Any], buffers: Sequence[Sequence[Any]]) -> None:
+def keep(key: tuple, keys: Sequence[tuple], kernels: Sequence[Any], buffers: Sequence[list[Any]]) -> None:
   """After the kernels ran one by one on `buffers`: keep them as a Batch when each is a thread-pool CPU kernel
   (`keys`: their keys in realize.compiled_kernels)."""
   if key in batches and ((batch := batches[key]) is None or all(map(is_, batch.kernels, kernels))): return   # kept as it is
   if any(getattr(kernel, "variables", ()) for kernel in kernels):   # Variable values change between runs: not batched
     batches[key] = None
     return
-  entries = [kernel.pool_launch(list(bufs)) for kernel, bufs in zip(kernels, buffers)]
+  entries = [kernel.pool_launch(bufs) for kernel, bufs in zip(kernels, buffers)]
   batches[key] = None if any(entry is None for entry in entries) else Batch(keys, kernels, buffers, entries)
   while len(batches) > MAX_BATCHES: del batches[next(iter(batches))]

@@ -246,7 +246,9 @@ def extents_of(node: UOp) -> tuple | None:
 
 
 def symbolic_shape(node: UOp, bound: bool = True) -> tuple:
-  """The node's shape with size expressions (UOps) for its variable-length dims; `bound=False`: over DEFINE_VARs."""
+  """The node's shape with size expressions (UOps) for its variable-length dims; `bound=False`: over DEFINE_VARs.
+  Read by every movement op: until a Variable exists it is the plain shape, with no further call."""
+  if not state["in_use"]: return node.shape
   extents = extents_of(node)
   if extents is None: return node.shape
   return tuple(s if e is None else (e if bound else unbind(e)) for s, e in zip(node.shape, extents))
