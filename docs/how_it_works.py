@@ -104,7 +104,7 @@ def main() -> None:
       "8 float lanes, 16 vector registers, 2 cores) and spelled by the plain C renderer, so the page is the same on every",
       "host; the programs then run on the host's CPU and are compared with numpy. `DEBUG=3`/`4`/`5` print the same",
       "stages for any script, `VIZ=1` draws them (see the README), and [env.md](env.md) lists every environment variable.", "",
-      "The stages: the Tensor API builds a lazy graph of `UOp`s (`minigrad/tensor.py`); the scheduler cuts it into kernels",
+      "The stages: the Tensor API builds a lazy graph of `UOp`s (`minigrad/tensor/tensor.py`); the scheduler cuts it into kernels",
       "(`minigrad/schedule/`); each kernel's AST is optimized for a Target (`minigrad/opt/`), lowered to loops, vectorized",
       "and linearized (`minigrad/codegen/`), rendered to source, compiled and launched (`minigrad/runtime/`,",
       "`minigrad/engine/`).", "")

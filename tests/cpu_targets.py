@@ -75,9 +75,9 @@ def tile_of(kernel: Kernel) -> tuple[int, int]:
 
 
 def pin_policy_target(monkeypatch, target: Target) -> None:
-  """Make the schedule-time policy (minigrad.schedule.packing, minigrad.nn.conv) read `target` instead of the CPU
+  """Make the schedule-time policy (minigrad.schedule.packing, minigrad.tensor.conv) read `target` instead of the CPU
   device's Target; schedules recorded for another Target are not reused meanwhile."""
-  import minigrad.nn.conv as conv
+  import minigrad.tensor.conv as conv
   import minigrad.schedule.packing as packing
   import minigrad.schedule.reuse as reuse
   monkeypatch.setattr(reuse, "recipes", {})

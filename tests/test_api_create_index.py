@@ -147,15 +147,9 @@ def test_errors_match_torch():
   with pytest.raises(RuntimeError, match="does not broadcast"): Tensor.einsum("ij,jk->ik", x, Tensor(randn(3, 2)))
 
 
-# ---------------------------------------------------------------- the functions defined in minigrad/tensor.py
-# (full, zeros, ones, empty, arange, the *_like functions, reshape, flip). They run once tensor.py takes
-# requires_grad in full (the change proposed with issue #25); until then they are skipped.
+# ---------------------------------------------------------------- the functions defined in minigrad/tensor/tensor.py
+# (full, zeros, ones, empty, arange, the *_like functions, reshape, flip)
 
-TENSOR_PY_HAS_REQUIRES_GRAD = "requires_grad" in __import__("inspect").signature(Tensor.full).parameters
-needs_tensor_py = pytest.mark.skipif(not TENSOR_PY_HAS_REQUIRES_GRAD, reason="minigrad/tensor.py's full() has no requires_grad yet")
-
-
-@needs_tensor_py
 def test_basic_creation_takes_requires_grad():
   like = Tensor(randn(2, 3))
   made = [Tensor.ones(3, requires_grad=True), Tensor.zeros(2, 2, requires_grad=True), Tensor.full((2,), 1.5, requires_grad=True),
@@ -171,7 +165,6 @@ def test_basic_creation_takes_requires_grad():
   with pytest.raises(RuntimeError, match="Only Tensors of floating point"): Tensor.zeros(3, dtype=dtypes.int32, requires_grad=True)
 
 
-@needs_tensor_py
 def test_reshape_none_flip_repeated_and_negative_sizes():
   x = Tensor(randn(2, 3, 4))
   assert x.reshape(None, 12).shape == (2, 12)
@@ -185,8 +178,6 @@ def test_reshape_none_flip_repeated_and_negative_sizes():
     with pytest.raises(RuntimeError, match="Trying to create tensor with negative dimension"): make()
 
 
-@pytest.mark.skipif(not hasattr(__import__("minigrad.indexing").indexing, "_tensors_to_values"),
-                    reason="minigrad/indexing.py doesn't take lists that mix ints and Tensors yet (change proposed with issue #25)")
 def test_fancy_indexing_with_lists_mixing_tensors():
   for make_index in (lambda T: ([T(1), 0],), lambda T: ([T(1), 0], [2, T(0)]), lambda T: (slice(None), [T(2), 0, T(1)])):
     _gradients_match(lambda x: x[make_index(Tensor)], lambda x: x[make_index(torch.tensor)], randn(2, 3, 4, seed=13))

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-import minigrad.tensor_sort as sorting
+import minigrad.tensor.sort_ops as sorting
 from minigrad import Tensor
 from torch_compare import assert_same, randn
 

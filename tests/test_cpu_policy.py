@@ -3,7 +3,7 @@ on (tests/cpu_targets.py): AVX-512, AVX2 (x86-64-v3), the SSE2 baseline (x86-64)
 vectors as two halves, and aarch64 NEON.
 
 Checked per Target: the machine facts the policy reads (minigrad.opt.heuristics, minigrad.schedule.packing,
-minigrad.nn.conv), and the decisions it makes: the lanes of an elementwise kernel and of a row sum, a 1024x1024
+minigrad.tensor.conv), and the decisions it makes: the lanes of an elementwise kernel and of a row sum, a 1024x1024
 matmul's register tile (its accumulators fit the Target's registers, its lanes fill a vector), a convolution's rows
 widened to whole vectors, the packed panels' width, and that every kernel renders. Decided kernels are rendered, not
 compiled or run; where a decision changes the schedule (packing, widened rows) the schedule is run on the host's own

@@ -109,7 +109,7 @@ def test_hoisted_reduce_takes_no_reduce_of_an_unopened_loop():
   # read no global index; one of those was computed before the global loops opened and took along, in the same loop
   # nest, a lane that reads global index 1 ("range (1, 'global') used outside its loop")
   import torch
-  from minigrad.nn.conv import _Convolution
+  from minigrad.tensor.conv import _Convolution
   rng = np.random.default_rng(0)
   x, w = rng.standard_normal((1, 2, 5, 6, 4)).astype(np.float32), rng.standard_normal((2, 2, 3, 2, 2)).astype(np.float32)
   tx = Tensor(x, requires_grad=True)

@@ -44,7 +44,7 @@ def test_replay_skips_scheduling_and_codegen(monkeypatch):
   kernels = len(f.captured[0].launches)
 
   def refuse(*args, **kwargs): raise AssertionError("a replay must not schedule or compile")
-  monkeypatch.setattr("minigrad.tensor.create_schedule", refuse)
+  monkeypatch.setattr("minigrad.tensor.tensor.create_schedule", refuse)
   monkeypatch.setattr(realize, "get_kernel", refuse)
   xn = rand(16)
   x = Tensor(xn)

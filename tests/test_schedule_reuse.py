@@ -1,5 +1,5 @@
 """Eager reuse: a graph of a structure seen before gets the first schedule on its own buffers
-(minigrad/schedule/reuse.py), and keyed Composite functions copy a graph built once (minigrad/function.py). The
+(minigrad/schedule/reuse.py), and keyed Composite functions copy a graph built once (minigrad/tensor/function.py). The
 answers must be the new data's, every time: checked against numpy and torch on the device under test."""
 import gc
 import weakref
@@ -10,7 +10,7 @@ from minigrad import Tensor, nn
 from minigrad.helpers import DEBUG, GlobalCounters
 from minigrad.nn.state import get_parameters
 from minigrad.schedule import reuse
-import minigrad.function as F
+import minigrad.tensor.function as F
 
 
 @pytest.fixture(autouse=True)

@@ -41,7 +41,7 @@ def _ulps_from_reference(got: np.ndarray, x: np.ndarray) -> np.ndarray:
 def test_exp_float32_within_one_ulp_everywhere():
   x = _float32_inputs(100_000, seed=1, low=-110, high=90)
   error = _ulps_from_reference(Tensor(x).exp().numpy(), x)
-  bound = 1.0 if fuses_multiply_add() else 1.2   # exp's documented error without FMA (minigrad/tensor_unary.py)
+  bound = 1.0 if fuses_multiply_add() else 1.2   # exp's documented error without FMA (minigrad/tensor/unary_ops.py)
   assert error.max() <= bound, f"{(error > bound).sum()} inputs off by more than {bound} ulp, e.g. {x[error > bound][:4]}"
   in_range = (x > -87) & (x < 88)
   assert error[in_range].mean() < 0.25   # mostly the correctly rounded float (the error's mean is 0.17 ulp)
@@ -58,7 +58,7 @@ def test_exp_special_values():
 def test_exp_of_nonpositive_values_used_by_softmax():
   x = -np.abs(_float32_inputs(100_000, seed=2, low=-110, high=0))
   error = _ulps_from_reference(Tensor(x)._exp_at_most_zero().numpy(), x)
-  bound = 1.0 if fuses_multiply_add() else 1.2   # exp's documented error without FMA (minigrad/tensor_unary.py)
+  bound = 1.0 if fuses_multiply_add() else 1.2   # exp's documented error without FMA (minigrad/tensor/unary_ops.py)
   assert error.max() <= bound, f"{(error > bound).sum()} inputs off by more than {bound} ulp, e.g. {x[error > bound][:4]}"
 
 

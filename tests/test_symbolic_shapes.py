@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from minigrad import Device, Tensor, TinyJit, Variable, dtypes
-import minigrad.function as F
+import minigrad.tensor.function as F
 from minigrad.engine import realize
 from minigrad.engine.jit import JitError
 from minigrad.uop.ops import UOp, Ops

@@ -30,7 +30,7 @@ def assert_same(mine: Tensor, theirs: torch.Tensor, atol: float = 1e-4, rtol: fl
 def fuses_multiply_add() -> bool:
   """Does the device under test compute a*b+c with one rounding? Not the CPU devices compiling for an x86 Target
   without FMA (CPU_TARGET=x86-64: CPUs before 2013): there float32 exp and tanh are within 1.2 ulp rather than 1
-  (minigrad/tensor_unary.py)."""
+  (minigrad/tensor/unary_ops.py)."""
   from minigrad.runtime.device import Device
   from minigrad.target import X86_ARCHS, cpu_target
   if Device.DEFAULT not in ("CPU", "LLVM"): return True

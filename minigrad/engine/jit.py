@@ -72,7 +72,7 @@ from minigrad.engine.realize import CompiledKernel, buffer_of, launch
 from minigrad.engine.memory import plan_memory
 from minigrad.runtime.cpu_pool import LaunchList
 from minigrad.tensor import Tensor
-from minigrad.tensor_create import random_key_buffers, random_keys
+from minigrad.tensor.create import random_key_buffers, random_keys
 from minigrad import viz
 from minigrad.viz import trace
 

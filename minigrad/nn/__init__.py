@@ -15,7 +15,7 @@ from minigrad.dtype import dtypes
 from minigrad.tensor import Tensor
 from minigrad.uop.ops import Ops
 from minigrad.nn import functional, optim, state
-from minigrad.nn.conv import IntOrPair, _ntuple as _pair
+from minigrad.tensor.conv import IntOrPair, _ntuple as _pair
 
 __all__ = ["Linear", "Conv2d", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Embedding", "Dropout",
            "functional", "optim", "state"]

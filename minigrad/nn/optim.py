@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 import math
 import numpy as np
-import minigrad.function as F
+import minigrad.tensor.function as F
 from minigrad.tensor import Tensor
 from minigrad.nn.state import assign
 from minigrad.engine.realize import buffer_of
@@ -132,7 +132,7 @@ class _AdamBase(Optimizer):
 
   def _update(self, index: int, param: Tensor, grad: Tensor) -> list[tuple[Tensor, Tensor]]:
     m, v = self.exp_avg[index], self.exp_avg_sq[index]
-    # the update's graph is built once per parameter shape and copied (minigrad.function.templated): the key names
+    # the update's graph is built once per parameter shape and copied (minigrad.tensor.function.templated): the key names
     # every setting _adam_math reads
     key = (type(self), "adam", self.betas, self.eps, self.weight_decay)
     new_param, new_m, new_v = F.templated(key, self._adam_math, param, grad, m, v, self.lr_tensor, self.beta1_power, self.beta2_power)

@@ -3,7 +3,7 @@
 Input: a `Target` (vector bytes and registers, cache sizes, cache line, whether wide vectors run as halves). Output:
 the numbers the policies use: SIMD lane widths and register budgets for the kernel heuristics (opt/heuristics.py),
 cache-fit thresholds, panel widths for operand packing (schedule/packing.py) and the row width convolutions compute
-(nn/conv.py). Adding a CPU means describing it as a Target; these rules then give its decisions.
+(tensor/conv.py). Adding a CPU means describing it as a Target; these rules then give its decisions.
 """
 from __future__ import annotations
 from typing import Sequence

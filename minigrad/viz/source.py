@@ -23,7 +23,7 @@ class SourceLine(NamedTuple):
   code: str
   call: str   # the minigrad function the user's line called (the outermost minigrad frame): "softmax", "__add__"
   inner: str = ""   # the innermost public Tensor method on the way (a softmax's "max", "sum"), "" when it is `call`
-  gradient_of: str = ""   # in a backward pass: the op whose derivative is being built ("Relu", "Mul": minigrad/function.py)
+  gradient_of: str = ""   # in a backward pass: the op whose derivative is being built ("Relu", "Mul": minigrad/tensor/function.py)
 
   def __str__(self) -> str: return f"{os.path.basename(self.file)}:{self.line} {self.code}"
 
@@ -34,8 +34,8 @@ class SourceLine(NamedTuple):
 created_at: weakref.WeakKeyDictionary[UOp, SourceLine] = weakref.WeakKeyDictionary()
 
 
-TENSOR_FILES = PACKAGE_DIR + "tensor"   # the Tensor class and its mixins: minigrad/tensor*.py
-FUNCTION_FILE = PACKAGE_DIR + "function.py"   # the differentiable primitives, whose `backward` builds gradients
+TENSOR_FILES = PACKAGE_DIR + "tensor" + os.sep   # the Tensor API package: minigrad/tensor/
+FUNCTION_FILE = PACKAGE_DIR + "tensor/function.py"   # the differentiable primitives, whose `backward` builds gradients
 # how the Tensor methods behind Python's operators are named in kernels and errors
 OPERATORS = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "matmul": "@", "pow": "**", "mod": "%",
              "neg": "neg", "lt": "<", "gt": ">", "le": "<=", "ge": ">=", "eq": "==", "ne": "!=", "and": "&", "or": "|",
@@ -43,10 +43,11 @@ OPERATORS = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//
 
 
 def _tensor_method(code) -> bool:
-  """A public method of the Tensor class or a mixin of it (not a helper like `_reduce`, nor a function inside one)."""
+  """A public method of the Tensor class or a mixin of it (not a helper like `_reduce`, nor a function inside one,
+  nor a method of another class of the package, such as Function.apply)."""
   qualname = getattr(code, "co_qualname", None)   # Python 3.11+; before it, the bare name (a local `fn` may pass)
   owner, _, name = qualname.partition(".") if qualname is not None else ("Tensor", "", code.co_name)
-  return bool(owner) and "." not in name and name.isidentifier() and (not name.startswith("_") or (name.startswith("__") and name.endswith("__")))
+  return (owner == "Tensor" or owner.endswith("Mixin")) and "." not in name and name.isidentifier() and (not name.startswith("_") or (name.startswith("__") and name.endswith("__")))
 
 
 def user_line() -> SourceLine | None:

@@ -27,11 +27,11 @@ needs a sort primitive (a kernel that sorts blocks in cache).
 """
 from __future__ import annotations
 from typing import TYPE_CHECKING
-import minigrad.function as F
+import minigrad.tensor.function as F
 from minigrad.dtype import DType, dtypes
-from minigrad.tensor_math import normalize_axis
-from minigrad.tensor_reduce import ValuesIndices
-if TYPE_CHECKING: from minigrad.tensor import Tensor
+from minigrad.tensor.math_ops import normalize_axis
+from minigrad.tensor.reduce_ops import ValuesIndices
+if TYPE_CHECKING: from minigrad.tensor.tensor import Tensor
 
 RANK_SORT_MAX_WORK = 1 << 22   # rows * n * n compares: below this, rank sort (2 kernels) beats log2(n)^2/2 kernels
 RANK_SORT_MAX_ROW = 2048       # and rows longer than this always use the bitonic network
@@ -71,7 +71,7 @@ def _value_from_key(key: Tensor, dtype: DType, descending: bool) -> Tensor:
 
 
 def _positions(x: Tensor, count: int) -> Tensor:
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   return Tensor.arange(count, device=x.device).expand(x.shape[:-1] + (count,))
 
 
@@ -105,7 +105,7 @@ def _compare_exchange(columns: list[Tensor], half: int, mirrored: bool) -> list[
   (with `mirrored`, i and 2*half - 1 - i) and the lexicographically smaller (key, position) goes first. Every
   element reads its partner through a flipped view of the same buffer and keeps the min or the max of the pair,
   by which half of its block it is in: one load of each, no data movement besides the output."""
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   lead, size = columns[0].shape[:-1], columns[0].shape[-1]
   if mirrored:   # blocks of 2*half, the partner is the mirror image
     block_shape = lead + (size // (2 * half), 2 * half)

@@ -15,7 +15,7 @@ from minigrad.uop.shapetracker import ShapeTracker
 from minigrad.uop.variable import state as variables, extents_of, symbolic_shape
 from minigrad import viz
 from minigrad.viz import source
-if TYPE_CHECKING: from minigrad.tensor import Tensor
+if TYPE_CHECKING: from minigrad.tensor.tensor import Tensor
 
 
 def view_uop(u: UOp, apply: Any) -> UOp:
@@ -40,7 +40,7 @@ class Function:
   @staticmethod
   def tensor(u: UOp) -> Tensor:
     """Wrap a saved forward value as a Tensor (for use in a backward formula)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     return Tensor(u)
 
   def forward(self, *args: UOp, **kwargs: Any) -> UOp: raise NotImplementedError
@@ -62,7 +62,7 @@ class Copy(Function):
   """A copy to another device. The source is realized and its bytes go through host memory (the devices here
   share no memory), so `.to()` runs the kernels the source still needs."""
   def forward(self, x: UOp, device: str) -> UOp:
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     self.source_device = x.device
     return Tensor(self.inputs[0].numpy(), dtype=x.dtype, device=device).uop
   def backward(self, grad: Tensor) -> Tensor: return grad.to(self.source_device)
@@ -238,7 +238,7 @@ def backpropagate(root: Tensor, root_grad: Tensor) -> dict[int, Tensor]:
 
   A node of the walk is a tensor *state*: the tensor together with the op that made it at the time it was used,
   so a tensor reassigned later (`t[i] = v`) still differentiates as the value the earlier ops saw."""
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   # a node: (its key, the tensor, the Function that made this state of it or None for a leaf); the key is the
   # Function's id, or the tensor's for a leaf
   def node(t: Tensor, fn: Function | None) -> tuple[int, Tensor, Function | None]: return (id(t) if fn is None else id(fn), t, fn)
@@ -350,7 +350,7 @@ def templated(key: Any, fn: Any, *inputs: Tensor) -> tuple[Tensor, ...]:
   """fn(*inputs) (a Tensor or a tuple of them), without gradients, from a graph built once per `key` (a hashable
   naming what fn computes, with every value it reads besides its inputs) and input shapes, dtypes and devices,
   then copied onto the inputs (see Template). An optimizer's update is a few dozen Tensor ops per parameter."""
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   xs = tuple(t.uop for t in inputs)
   return tuple(Tensor(u) for u in _graph(key, fn, xs))
 
@@ -372,7 +372,7 @@ def _template(key: Any, fn: Any, xs: tuple[UOp, ...]) -> Template:
 
 
 def _build(fn: Any, xs: tuple[UOp, ...]) -> tuple[UOp, ...]:
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   with Tensor.no_grad(): out = fn(*(Tensor(x) for x in xs))
   return tuple(t.uop for t in out) if isinstance(out, tuple) else (out.uop,)
 

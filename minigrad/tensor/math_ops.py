@@ -2,8 +2,8 @@
 where, the basic reductions, matmul and the neural-network op spellings, as a mixin.
 
 Input: Tensors (this class is mixed into `Tensor`, so `self` is a Tensor). Output: new lazy Tensors. Every op
-here is built from the differentiable primitives in minigrad.function, so gradients come for free. The
-elementwise functions of one tensor (exp, sin, gelu ...) live in minigrad.tensor_unary.
+here is built from the differentiable primitives in minigrad.tensor.function, so gradients come for free. The
+elementwise functions of one tensor (exp, sin, gelu ...) live in minigrad.tensor.unary_ops.
 Semantics follow torch: result dtypes (minigrad.dtype.result_type), integer `//` floors and `%` takes the
 divisor's sign, shifts by more than the width give 0 (or the sign), integer overflow wraps. Arguments are
 checked early; errors name the shapes and dtypes involved. Integer division by zero gives 0 (torch raises).
@@ -12,15 +12,15 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence, TYPE_CHECKING
 import math
 import numpy as np
-import minigrad.function as F
-import minigrad.symbolic_shapes as S
+import minigrad.tensor.function as F
+import minigrad.tensor.symbolic_shapes as S
 from minigrad.uop.variable import state as variables, extents_of
 from minigrad.dtype import DType, DTypeError, dtypes, to_dtype, result_type
-from minigrad.function import const_uop
+from minigrad.tensor.function import const_uop
 from minigrad.helpers import prod
 from minigrad.uop.ops import Ops, UOp
-from minigrad.tensor_unary import UnaryMixin, _exp2_of
-if TYPE_CHECKING: from minigrad.tensor import Tensor
+from minigrad.tensor.unary_ops import UnaryMixin, _exp2_of
+if TYPE_CHECKING: from minigrad.tensor.tensor import Tensor
 
 Number = (int, float, bool, np.generic)
 

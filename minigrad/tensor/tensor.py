@@ -13,19 +13,19 @@ import numpy as np
 from minigrad.dtype import DType, dtypes, to_dtype, to_numpy, from_numpy
 from minigrad.helpers import prod, to_tuple
 from minigrad.uop.ops import UOp, Ops
-import minigrad.function as F
-from minigrad.tensor_math import MathMixin, normalize_axis
-from minigrad.tensor_reduce import ReduceMixin
-from minigrad.tensor_index import IndexMixin
-from minigrad.tensor_create import CreationMixin, as_leaf, check_no_negative_dimension
-from minigrad.tensor_nn import NNMixin
-from minigrad.tensor_sort import SortMixin
-from minigrad.function import const_uop
+import minigrad.tensor.function as F
+from minigrad.tensor.math_ops import MathMixin, normalize_axis
+from minigrad.tensor.reduce_ops import ReduceMixin
+from minigrad.tensor.index_ops import IndexMixin
+from minigrad.tensor.create import CreationMixin, as_leaf, check_no_negative_dimension
+from minigrad.tensor.nn_ops import NNMixin
+from minigrad.tensor.sort_ops import SortMixin
+from minigrad.tensor.function import const_uop
 from minigrad.schedule.scheduler import create_schedule, buffer_view
 from minigrad.engine.realize import run_schedule, buffer_of, buffers, note_assign
 from minigrad.runtime.device import Buffer, Device
 from minigrad.uop.variable import state as _variables, user_shape
-import minigrad.symbolic_shapes as S
+import minigrad.tensor.symbolic_shapes as S
 
 Scalar = int | float | bool
 
@@ -265,7 +265,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
     """Restart the random generator: the same seed gives the same random tensors, call by call, everywhere."""
     Tensor._seed, Tensor._rng_counter = int(seed), 0
 
-  # rand, randn, randint, uniform, normal ... : minigrad.tensor_create (computed in kernels from the seed)
+  # rand, randn, randint, uniform, normal ... : minigrad.tensor.create (computed in kernels from the seed)
 
   # ---- movement (zero-copy views) ----
   def reshape(self, *shape: Any) -> Tensor:
@@ -346,7 +346,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
       if len(padding) != self.ndim: raise ValueError(f"pad: {len(padding)} (before, after) pairs given for a {self.ndim}-d tensor of shape {self.shape}")
       pairs = [(0, 0) if p is None else tuple(p) for p in padding]
     if mode != "constant":
-      from minigrad.tensor_index import pad_with_mode
+      from minigrad.tensor.index_ops import pad_with_mode
       return pad_with_mode(self, pairs, mode)
     if any(b < 0 or a < 0 for b, a in pairs):
       # negative padding crops, as in torch
@@ -386,15 +386,15 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
     return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
 
   def __getitem__(self, index: Any) -> Tensor:
-    """ints, slices (any step), None, ..., bools, integer tensors/lists (advanced) and bool masks: see minigrad.indexing."""
+    """ints, slices (any step), None, ..., bools, integer tensors/lists (advanced) and bool masks: see minigrad.tensor.indexing."""
     if _variables["in_use"] and (S.involved(index) or S.is_symbolic(self)): return S.getitem(self, index)   # a slice ending at a Variable, a symbolic shape
-    from minigrad.indexing import getitem
+    from minigrad.tensor.indexing import getitem
     return getitem(self, index)
 
   def __setitem__(self, index: Any, value: Any) -> None:
     """`t[index] = value` rebinds t to a new lazy value (tensors don't alias: a view taken earlier keeps the old
-    values, and assigning into the result of basic indexing, `t[0][1] = v`, raises). See minigrad.indexing."""
-    from minigrad.indexing import setitem
+    values, and assigning into the result of basic indexing, `t[0][1] = v`, raises). See minigrad.tensor.indexing."""
+    from minigrad.tensor.indexing import setitem
     setitem(self, index, value)
 
 

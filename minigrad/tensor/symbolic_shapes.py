@@ -17,8 +17,8 @@ import numpy as np
 from minigrad.helpers import prod
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.variable import Variable, state, extents_of
-import minigrad.function as F
-if TYPE_CHECKING: from minigrad.tensor import Tensor
+import minigrad.tensor.function as F
+if TYPE_CHECKING: from minigrad.tensor.tensor import Tensor
 
 
 def involved(*args: Any) -> bool:
@@ -143,7 +143,7 @@ def full(shape: tuple, value: Any, dtype: Any, device: str) -> UOp:
 
 def arange(start: Any, stop: Any, step: Any, dtype: Any, device: str) -> Tensor:
   """arange up to a Variable: the elements start, start+1, ... below it (step 1, integer start)."""
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   from minigrad.dtype import dtypes, to_dtype
   _check_bound(stop, "arange")
   if isinstance(start, Variable) or isinstance(step, Variable) or step != 1 or not isinstance(start, int):
@@ -173,7 +173,7 @@ def mean(t: Tensor, axis: Any, keepdim: bool) -> Tensor:
   """Mean over axes that may have a variable length: the sum over the count, the count itself summed in a kernel (a
   Variable's value is not a constant of any kernel)."""
   from minigrad.dtype import dtypes
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   x = t if dtypes.is_float(t.dtype) else t.cast(dtypes.default_float)
   count = Tensor.full(x.shape, 1.0, dtype=x.dtype, device=x.device).sum(axis, keepdim)
   return x.sum(axis, keepdim) / count

@@ -12,7 +12,7 @@ Sums keep the operands' dtype (int32 stays int32, as torch), unlike Tensor.sum w
 from __future__ import annotations
 from typing import Sequence
 from minigrad.dtype import promote_types
-from minigrad.tensor import Tensor
+from minigrad.tensor.tensor import Tensor
 
 ELLIPSIS = "..."
 

@@ -11,11 +11,11 @@ block is combined with the total of the blocks before it, so the work is O(n * S
 from __future__ import annotations
 from typing import Any, NamedTuple, Sequence, TYPE_CHECKING
 import math
-import minigrad.function as F
+import minigrad.tensor.function as F
 from minigrad.dtype import DType, dtypes, to_dtype
 from minigrad.helpers import prod
-from minigrad.tensor_math import normalize_axis
-if TYPE_CHECKING: from minigrad.tensor import Tensor
+from minigrad.tensor.math_ops import normalize_axis
+if TYPE_CHECKING: from minigrad.tensor.tensor import Tensor
 
 Axis = int | Sequence[int] | None
 SCAN_BLOCK = 64   # rows longer than twice this are scanned in blocks

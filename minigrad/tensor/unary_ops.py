@@ -18,8 +18,8 @@ from typing import Callable, TYPE_CHECKING
 import math
 from minigrad.dtype import dtypes
 from minigrad.uop.ops import Ops
-import minigrad.function as F
-if TYPE_CHECKING: from minigrad.tensor import Tensor
+import minigrad.tensor.function as F
+if TYPE_CHECKING: from minigrad.tensor.tensor import Tensor
 
 LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453
 # ln 2 = HI + LO for exact argument reduction: HI has few significant bits, so n * HI is exact for every n that
@@ -320,7 +320,7 @@ class UnaryMixin:
   def _primitive(self, forward: Callable[[Tensor], Tensor], derivative: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
     """A differentiable elementwise function: `forward` (in float32 for float16/bfloat16) and its derivative
     `derivative(x, y)` in terms of the input x and the output y. `forward` must be a module-level function: it
-    keys the graphs built once and copied onto each input (minigrad.function.Composite)."""
+    keys the graphs built once and copied onto each input (minigrad.tensor.function.Composite)."""
     return F.Composite.apply(self._float(), fn=lambda x: x._opmath(forward), gradient=lambda grad, y, x: (grad * derivative(x, y),),
                              key=forward)
 

@@ -20,7 +20,7 @@ import weakref
 import numpy as np
 from minigrad.dtype import DType, DTypeError, dtypes, to_dtype
 from minigrad.helpers import prod
-if TYPE_CHECKING: from minigrad.tensor import Tensor
+if TYPE_CHECKING: from minigrad.tensor.tensor import Tensor
 
 MASK64 = (1 << 64) - 1
 
@@ -86,7 +86,7 @@ def _float_dtype(dtype: Any, op: str) -> DType:
 def as_leaf(t: Tensor, requires_grad: bool | None) -> Tensor:
   """t's value as a new leaf tensor (no recorded history) with `requires_grad`: what every creation function
   returns. As in torch, only floating-point tensors can require gradients."""
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   if requires_grad is not None and not isinstance(requires_grad, bool):
     raise TypeError(f"requires_grad must be a bool, got {type(requires_grad).__name__}")
   if requires_grad and not dtypes.is_float(t.dtype):
@@ -122,7 +122,7 @@ class CreationMixin:
                requires_grad: bool | None = None) -> Tensor:
     """`steps` values evenly spaced from start to end inclusive (torch.linspace: the first half counts up from
     start, the second half down from end, so both ends are exact)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     if not isinstance(steps, int) or isinstance(steps, bool): raise TypeError(f"linspace: steps must be an int, got {type(steps).__name__}")
     if steps < 0: raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
@@ -138,7 +138,7 @@ class CreationMixin:
   @staticmethod
   def eye(n: int, m: int | None = None, dtype: Any = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """The n x m identity matrix (m defaults to n)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     m = n if m is None else m
     for name, v in (("n", n), ("m", m)):
       if not isinstance(v, (int, np.integer)) or isinstance(v, bool): raise TypeError(f"eye(): argument '{name}' must be int, not {type(v).__name__}")
@@ -168,7 +168,7 @@ class CreationMixin:
   @staticmethod
   def _random_bits(shape: tuple[int, ...], device: str | None, streams: int = 1) -> list[Tensor]:
     """`streams` independent uint32 tensors of `shape`, from one step of the (seed, counter) generator."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     count = prod(shape)
     if count >= 2 ** 31: raise ValueError(f"random tensors are limited to 2**31 - 1 elements, shape {shape} has {count}")
     Tensor._rng_counter += 1
@@ -197,7 +197,7 @@ class CreationMixin:
   @staticmethod
   def rand(*shape: Any, dtype: Any = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """Uniform random numbers in [0, 1), from the in-kernel counter-based generator (see the module docstring)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     shp, dt = _shape_of(shape), _float_dtype(dtype, "rand")
     out = Tensor._uniform_from_bits(Tensor._random_bits(shp, device, 2 if dt == dtypes.float64 else 1), dt)
     return Tensor._finish_random(out, requires_grad)
@@ -205,7 +205,7 @@ class CreationMixin:
   @staticmethod
   def randn(*shape: Any, dtype: Any = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """Standard normal random numbers (Box-Muller: sqrt(-2 ln u1) * sin(2 pi u2), u1 in (0, 1])."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     shp, dt = _shape_of(shape), _float_dtype(dtype, "randn")
     compute = dtypes.float64 if dt == dtypes.float64 else dtypes.float32
     bits = Tensor._random_bits(shp, device, 4 if compute == dtypes.float64 else 2)
@@ -217,7 +217,7 @@ class CreationMixin:
 
   @staticmethod
   def _finish_random(out: Tensor, requires_grad: bool | None) -> Tensor:
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     result = Tensor(out.uop)   # no history: a random tensor is a leaf
     result.requires_grad = requires_grad
     return result
@@ -226,7 +226,7 @@ class CreationMixin:
   def randint(*shape: Any, low: int = 0, high: int = 10, dtype: Any = None, device: str | None = None,
               requires_grad: bool | None = None) -> Tensor:
     """Uniform random integers in [low, high) (tinygrad's signature; dtype defaults to dtypes.default_int)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)): raise TypeError(f"randint: low and high must be ints, got {low!r}, {high!r}")
     if high <= low: raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     if high - low > 2 ** 32: raise ValueError(f"randint: the range [{low}, {high}) is wider than 2**32")
@@ -240,21 +240,21 @@ class CreationMixin:
   @staticmethod
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
     """Uniform random numbers in [low, high)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     requires_grad = kwargs.pop("requires_grad", None)
     return Tensor._finish_random(Tensor.rand(*shape, **kwargs) * (high - low) + low, requires_grad)
 
   @staticmethod
   def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
     """Normal random numbers with the given mean and standard deviation."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     requires_grad = kwargs.pop("requires_grad", None)
     return Tensor._finish_random(Tensor.randn(*shape, **kwargs) * std + mean, requires_grad)
 
   @staticmethod
   def scaled_uniform(*shape: Any, **kwargs: Any) -> Tensor:
     """U(-1, 1) scaled by 1/sqrt(number of elements) (tinygrad's initializer)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     shp = _shape_of(shape)
     requires_grad = kwargs.pop("requires_grad", None)
     return as_leaf(Tensor.uniform(*shp, low=-1.0, high=1.0, **kwargs) * prod(shp) ** -0.5, requires_grad)
@@ -288,7 +288,7 @@ class CreationMixin:
   @staticmethod
   def kaiming_uniform(*shape: Any, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", **kwargs: Any) -> Tensor:
     """U(-b, b) with b = gain * sqrt(3 / fan) (torch.nn.init.kaiming_uniform_)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     shp = _shape_of(shape)
     bound = math.sqrt(3.0) * calculate_gain(nonlinearity, a) / math.sqrt(_fan(shp, mode))
     return Tensor.uniform(*shp, low=-bound, high=bound, **kwargs)
@@ -296,14 +296,14 @@ class CreationMixin:
   @staticmethod
   def kaiming_normal(*shape: Any, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", **kwargs: Any) -> Tensor:
     """N(0, std) with std = gain / sqrt(fan) (torch.nn.init.kaiming_normal_)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     shp = _shape_of(shape)
     return Tensor.normal(*shp, std=calculate_gain(nonlinearity, a) / math.sqrt(_fan(shp, mode)), **kwargs)
 
   @staticmethod
   def glorot_uniform(*shape: Any, gain: float = 1.0, **kwargs: Any) -> Tensor:
     """U(-b, b) with b = gain * sqrt(6 / (fan_in + fan_out)) (torch.nn.init.xavier_uniform_)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     shp = _shape_of(shape)
     fan_in, fan_out = fan_in_and_out(shp)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
@@ -313,7 +313,7 @@ class CreationMixin:
   @staticmethod
   def xavier_normal(*shape: Any, gain: float = 1.0, **kwargs: Any) -> Tensor:
     """N(0, std) with std = gain * sqrt(2 / (fan_in + fan_out)) (torch.nn.init.xavier_normal_)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     shp = _shape_of(shape)
     fan_in, fan_out = fan_in_and_out(shp)
     return Tensor.normal(*shp, std=gain * math.sqrt(2.0 / (fan_in + fan_out)), **kwargs)

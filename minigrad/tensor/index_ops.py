@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any, Sequence, TYPE_CHECKING
 import math
 import numpy as np
-import minigrad.function as F
+import minigrad.tensor.function as F
 from minigrad.dtype import dtypes, promote_types
 from minigrad.helpers import prod
-from minigrad.tensor_math import normalize_axis
-if TYPE_CHECKING: from minigrad.tensor import Tensor
+from minigrad.tensor.math_ops import normalize_axis
+if TYPE_CHECKING: from minigrad.tensor.tensor import Tensor
 
 
 def _tensor_list(first: Any, rest: tuple) -> tuple[list[Tensor], tuple]:
@@ -126,7 +126,7 @@ class IndexMixin:
     for s in sizes:
       piece = self.shrink(_bounds(self.ndim, dim, start, start + s))
       piece = _fresh(piece) if piece is self else piece
-      piece._view_of_another = True   # a view in PyTorch: setitem on it refuses (see minigrad.indexing)
+      piece._view_of_another = True   # a view in PyTorch: setitem on it refuses (see minigrad.tensor.indexing)
       pieces.append(piece)
       start += s
     return tuple(pieces)
@@ -179,7 +179,7 @@ class IndexMixin:
       if counts.size != x.shape[dim]:
         raise RuntimeError(f"repeats must have the same size as input along dim, but got repeats.size(0) = {counts.size} and input.size({dim}) = {x.shape[dim]}")
       if (counts < 0).any(): raise RuntimeError("Repeats must be non-negative")
-      from minigrad.indexing import take
+      from minigrad.tensor.indexing import take
       return take(x, dim, np.repeat(np.arange(counts.size), counts))
     count = int(repeats)
     if count < 0: raise RuntimeError("Repeats must be non-negative")
@@ -223,14 +223,14 @@ class IndexMixin:
 
   def gather(self, dim: int, index: Tensor) -> Tensor:
     """out[i][j] = self[index[i][j]][j] (dim 0), as torch.gather: one-hot compare with an ARANGE, then a sum."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     dim = self._check_index_shape("gather", dim, index)
     values = _host_indices(index, "gather")
     x = self.reshape(1) if self.ndim == 0 else self
     values = values.reshape(-1) if self.ndim == 0 else values
     _check_range(values, x.shape[dim], dim)
     if values.size == 0:
-      from minigrad.indexing import nothing_of
+      from minigrad.tensor.indexing import nothing_of
       return nothing_of(self, index.shape)
     size = x.shape[dim]
     x = x.shrink(tuple(None if d == dim else (0, s) for d, s in enumerate(values.shape)))
@@ -243,7 +243,7 @@ class IndexMixin:
   def _scatter_parts(self, dim: int, index: Tensor, src: Any, what: str, last_wins: bool) -> tuple[Tensor, Tensor, int, np.ndarray, np.ndarray]:
     """The pieces every scatter needs: the one-hot mask (index.shape + (size,)), src cut to index's shape and
     shaped to broadcast with it, the host-side hit mask and counts over self (shape self.shape, bool / int)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     src_t = src if isinstance(src, IndexMixin) else None
     if self.ndim == 0: raise RuntimeError(f"{what}(): 0-d tensors are not supported (use a 1-element tensor)")
     dim = self._check_index_shape(what, dim, index, src_t)
@@ -275,7 +275,7 @@ class IndexMixin:
     """A copy of self with self[index[i][j]][j] = src[i][j] (dim 0), as torch.scatter (src may be a scalar).
     Repeated targets: the last source wins. reduce="add" / "multiply" combines instead (scatter_reduce's "sum" /
     "prod" with self included)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     if reduce is not None:
       if reduce not in ("add", "multiply"): raise RuntimeError(f"reduce argument must be either add or multiply, got {reduce!r}")
       if not isinstance(src, IndexMixin):
@@ -290,7 +290,7 @@ class IndexMixin:
 
   def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True) -> Tensor:
     """Combine src into self at index with reduce 'sum', 'prod', 'mean', 'amax' or 'amin' (as torch.scatter_reduce)."""
-    from minigrad.tensor import Tensor
+    from minigrad.tensor.tensor import Tensor
     if reduce not in ("sum", "prod", "mean", "amax", "amin"):
       raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce!r}")
     if not isinstance(src, IndexMixin): raise TypeError(f"scatter_reduce(): src must be a Tensor, got {type(src).__name__}")
@@ -330,7 +330,7 @@ class IndexMixin:
     depends on the mask's values, so the mask is realized."""
     if not isinstance(mask, IndexMixin) or mask.dtype != dtypes.bool:
       raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {getattr(mask, 'dtype', type(mask).__name__)}")
-    from minigrad.tensor_math import broadcast_shape
+    from minigrad.tensor.math_ops import broadcast_shape
     try: shape = broadcast_shape(self.shape, mask.shape)
     except ValueError: raise RuntimeError(f"masked_select: the shape of the mask {mask.shape} and the shape of the input {self.shape} can't be broadcast") from None
     flat, chosen = self.expand(shape).reshape(-1), mask.expand(shape).reshape(-1).numpy()

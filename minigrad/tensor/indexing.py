@@ -34,7 +34,7 @@ from typing import Any, TYPE_CHECKING
 import numpy as np
 from minigrad.dtype import dtypes
 from minigrad.helpers import prod
-if TYPE_CHECKING: from minigrad.tensor import Tensor
+if TYPE_CHECKING: from minigrad.tensor.tensor import Tensor
 
 
 # ---------------------------------------------------------------- parsing
@@ -80,7 +80,7 @@ def _is_int(x: Any) -> bool: return isinstance(x, (int, np.integer)) and not isi
 
 def _tensors_to_values(item: Any) -> Any:
   """A (nested) list of ints and Tensors, with each Tensor replaced by its values (torch accepts [t, 0] as an index)."""
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   if isinstance(item, Tensor):
     if item.dtype != dtypes.bool and not dtypes.is_int(item.dtype):
       raise IndexError(f"tensors used as indices must be integer or bool tensors, got {item.dtype}")
@@ -91,7 +91,7 @@ def _tensors_to_values(item: Any) -> Any:
 def _host_index(item: Any) -> tuple[str, Any]:
   """Classify one index item: ("new", size) / ("ellipsis", None) / ("int", v) / ("slice", s) /
   ("adv", int array) / ("mask", bool array)."""
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   if item is None: return ("new", 1)
   if item is Ellipsis: return ("ellipsis", None)
   if isinstance(item, (bool, np.bool_)): return ("new", 1 if item else 0)
@@ -274,14 +274,14 @@ def _resolve(plan: _Plan, shape: tuple[int, ...]) -> _Gather:
 
 
 def _index_tensor(values: np.ndarray, device: str) -> Tensor:
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   if values.size and int(values.max()) >= 2 ** 31: raise IndexError(f"index {int(values.max())} does not fit in int32")
   return Tensor(np.ascontiguousarray(values, dtype=np.int32).reshape(-1), device=device)
 
 
 def _one_hot(flat: np.ndarray, count: int, device: str, trailing: int) -> Tensor:
   """(P, count) + (1,)*trailing bool mask: row p is true at column flat[p] (never for flat[p] == -1)."""
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   hot = _index_tensor(flat, device).reshape(-1, 1).eq(Tensor.arange(count, device=device))
   return hot.reshape(hot.shape + (1,) * trailing)
 
@@ -329,7 +329,7 @@ def getitem(t: Tensor, index: Any) -> Tensor:
 # ---------------------------------------------------------------- setitem
 
 def _value_tensor(t: Tensor, value: Any) -> Tensor:
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   if isinstance(value, Tensor):
     if value.device != t.device: raise RuntimeError(f"setitem: value on {value.device} but the tensor is on {t.device}")
     return value.cast(t.dtype)
@@ -351,7 +351,7 @@ def _fit_value(value: Tensor, shape: tuple[int, ...]) -> Tensor:
 def _scatter_advanced(view: Tensor, info: _Gather, value: Tensor) -> Tensor:
   """view (the basic view) with the advanced-indexed elements replaced by value. With repeated indices the last
   one wins, as on PyTorch's CPU."""
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   rest, flat = info.rest_shape, info.flat.reshape(-1)
   value = _fit_value(value, info.result_shape)
   if flat.size == 0 or 0 in rest: return view
@@ -372,7 +372,7 @@ def _scatter_advanced(view: Tensor, info: _Gather, value: Tensor) -> Tensor:
 def _mask_fast_path(t: Tensor, index: Any, value: Tensor) -> Tensor | None:
   """`t[mask] = value` for a bool Tensor mask over t's leading dims and a value that broadcasts to the remaining
   dims: a lazy where(), no realize."""
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   if not (isinstance(index, Tensor) and index.dtype == dtypes.bool and 0 < index.ndim <= t.ndim): return None
   if index.shape != t.shape[:index.ndim]: return None
   rest = t.shape[index.ndim:]
@@ -384,7 +384,7 @@ def _mask_fast_path(t: Tensor, index: Any, value: Tensor) -> Tensor | None:
 def setitem(t: Tensor, index: Any, value: Any) -> None:
   """`t[index] = value`: rebind t to a new value with the indexed elements replaced (value cast to t's dtype and
   broadcast to the indexing result). Gradients flow to the kept part of t and to value, as in PyTorch."""
-  from minigrad.tensor import Tensor
+  from minigrad.tensor.tensor import Tensor
   if getattr(t, "_view_of_another", False):
     raise RuntimeError(f"can't assign into a tensor of shape {t.shape} that came out of basic indexing or split (a view in "
                        "PyTorch): minigrad tensors "

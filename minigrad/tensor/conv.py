@@ -19,12 +19,12 @@ from typing import Callable, Sequence
 import math
 import numpy as np
 from minigrad.dtype import dtypes
-from minigrad.function import Composite, Function
+from minigrad.tensor.function import Composite, Function
 from minigrad.helpers import prod
-from minigrad.indexing import nothing_of
+from minigrad.tensor.indexing import nothing_of
 from minigrad.opt.cpu_policy import conv_row_width
 from minigrad.target import cpu_target
-from minigrad.tensor import Tensor
+from minigrad.tensor.tensor import Tensor
 from minigrad.uop.ops import UOp
 
 IntOrPair = int | Sequence[int]
