@@ -164,3 +164,25 @@ def test_a_batched_schedule_on_buffers_of_another_size_runs_kernel_by_kernel(mon
   scaled, top = program(Tensor(big).shrink(((0, 64),)))   # the same kernel ASTs over a larger buffer
   np.testing.assert_allclose(scaled.numpy(), big[:64] * 3, rtol=1e-6)
   np.testing.assert_allclose(top.numpy(), big[:64].max() + 1, rtol=1e-6)
+
+
+def test_a_batched_schedule_keeps_its_kernels_recently_used(monkeypatch):
+  # a batch launches its kernels without get_kernel: it must still mark them used, or a process that compiles many
+  # other kernels meanwhile evicts them (and the batch falls back to compiling kernel by kernel)
+  from minigrad.engine import batched, realize
+  monkeypatch.setattr(batched, "batches", {})
+  def program(t):
+    outs = (t * 3, (t + 1).max())
+    Tensor.realize(*outs)
+    return outs
+  for seed in range(2): program(Tensor(data(64, seed=seed)))
+  batch = next((b for b in batched.batches.values() if b is not None), None)
+  if batch is None: pytest.skip(f"{Tensor(0).device} launches kernel by kernel (only the CPU thread pool batches)")
+  for key in batch.keys: realize.compiled_kernels[key] = realize.compiled_kernels.pop(key)   # ...then others are used
+  others = [key for key in realize.compiled_kernels if key not in batch.keys]
+  for key in others: realize.compiled_kernels[key] = realize.compiled_kernels.pop(key)
+  x = data(64, seed=5)
+  scaled, top = program(Tensor(x))
+  np.testing.assert_allclose(scaled.numpy(), x * 3, rtol=1e-6)
+  np.testing.assert_allclose(top.numpy(), x.max() + 1, rtol=1e-6)
+  assert list(realize.compiled_kernels)[-len(batch.keys):] == list(batch.keys)

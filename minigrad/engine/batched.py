@@ -60,10 +60,13 @@ batches: dict[tuple, Batch | None] = {}   # (the kernel ASTs in order, their dev
 def find(key: tuple, compiled: dict) -> Batch | None:
   """The Batch kept for a schedule's key (the most recently used last), or None; also None when one of its kernels
   is no longer the one `compiled` (realize.compiled_kernels) holds for its key: emptied, evicted or replaced, as
-  when a setting changed, it is compiled again kernel by kernel."""
+  when a setting changed, it is compiled again kernel by kernel. A batch found marks its kernels as the most
+  recently used in `compiled` too, as launching them one by one would (so they are evicted last)."""
   if (batch := batches.pop(key, None)) is None: return None
   batches[key] = batch
-  return batch if all(map(is_, map(compiled.get, batch.keys), batch.kernels)) else None
+  if not all(map(is_, map(compiled.get, batch.keys), batch.kernels)): return None
+  compiled.update(zip(batch.keys, map(compiled.pop, batch.keys)))   # each moved to the end, in one C-level pass
+  return batch
 
 
 def keep(key: tuple, keys: Sequence[tuple], kernels: Sequence[Any], buffers: Sequence[list[Any]]) -> None:
