@@ -376,8 +376,11 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
     return items, dict(zip(targets, becomes)), stored
   start = time.perf_counter()
   graphs = _substitute_realized(targets)
-  items, becomes, stored = _schedule(dict(zip(targets, graphs)))
   if any(g is not t for g, t in zip(graphs, targets)): structure = reuse.Structure(graphs)   # the graph scheduled
+  inlined, origin = _inline_calls(graphs) if any(n.op is Ops.CALL for n in structure.nodes) else (graphs, {})
+  items, becomes, stored = _schedule(dict(zip(targets, inlined)))
+  # the nodes stored are the graph's own (a template's inner nodes are nobody's): recorded and marked realized as such
+  if origin: stored = {node: view for n, view in stored.items() if (node := origin.get(n, n)) in structure.index}
   reuse.record(structure, items, [becomes[t] for t in targets], stored, time.perf_counter() - start)
   if values := bound_variables(structure.nodes): items = _with_values(items, values)
   if viz.profiling: trace.complete("schedule", "schedule", begin, kernels=len(items))
@@ -461,6 +464,24 @@ def _substitute_realized(targets: list[UOp]) -> list[UOp]:
     done[node] = node if all(new is old for new, old in zip(src, node.src)) else node.replace(src=src)
     if viz.capturing: source.carry(node, done[node])   # the rebuilt node keeps the user's line
   return [done[t] for t in targets]
+
+
+def _inline_calls(graphs: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp]]:
+  """The graphs with each CALL replaced by its template's copy on the CALL's sources (Template.on, once per template
+  and sources for all of its outputs), the nodes above rebuilt; and, per node that replaced another, that node."""
+  done: dict[UOp, UOp] = {}
+  copies: dict[tuple, tuple[UOp, ...]] = {}
+  origin: dict[UOp, UOp] = {}
+  for node in toposort(graphs):
+    src = tuple(done[s] for s in node.src)
+    if node.op is Ops.CALL:
+      template, output = node.arg
+      if (outputs := copies.get((template, src))) is None: outputs = copies[(template, src)] = template.on(src)
+      new = outputs[output]
+    else: new = node if all(a is b for a, b in zip(src, node.src)) else node.replace(src=src)
+    done[node] = new
+    if new is not node: origin[new] = node
+  return [done[g] for g in graphs], origin
 
 
 def mark_realized(stored: dict[UOp, UOp]) -> None:

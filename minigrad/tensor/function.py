@@ -360,12 +360,13 @@ def _graph(key: Any, fn: Any, xs: tuple[UOp, ...]) -> tuple[UOp, ...]:
   when an input has a symbolic shape (a template's stand-ins have fixed sizes, and what it builds on them, a
   constant or a reduce, would have them too)."""
   if variables["in_use"] and any(extents_of(x) is not None for x in xs): return _build(fn, xs)
-  return _template(key, fn, xs).on(xs)
+  # while source lines are captured (VIZ, PROFILE, DEBUG>=3) the copy is made now, so its nodes carry the lines
+  return _template(key, fn, xs).on(xs) if viz.capturing or _building[0] else _template(key, fn, xs).call(xs)
 
 
 def _template(key: Any, fn: Any, xs: tuple[UOp, ...]) -> Template:
   signature = (key, tuple((x.shape, x.dtype, x.device) for x in xs))
-  if (template := templates.pop(signature, None)) is None: template = Template(fn, xs)
+  if (template := templates.pop(signature, None)) is None: template = Template(fn, xs, key)
   templates[signature] = template   # the most recently used last
   while len(templates) > MAX_TEMPLATES: del templates[next(iter(templates))]
   return template
@@ -381,16 +382,30 @@ class Template:
   """A forward graph built on stand-ins for the inputs (one CONTIGUOUS node of each input's shape over a buffer
   that is never allocated), kept as the nodes that depend on them in topological order. `on(xs)` rebuilds those
   nodes over the real inputs; a VIEW of a stand-in becomes one VIEW of the input's base, as a movement op on
-  the input would have made it."""
-  def __init__(self, fn: Any, xs: tuple[UOp, ...]):
+  the input would have made it. `call(xs)` stands for the same outputs with one CALL node each, which the
+  scheduler replaces by `on(xs)` the first time it schedules a graph of that structure: a step that is scheduled
+  before (minigrad/schedule/reuse.py) never copies the template at all, and its graph has a node per output
+  instead of dozens."""
+  def __init__(self, fn: Any, xs: tuple[UOp, ...], name: Any = None):
+    self.name = name
     self.stand_ins = tuple(UOp(Ops.CONTIGUOUS, x.dtype, (_unallocated(x),)) for x in xs)
-    self.outputs = _build(fn, self.stand_ins)
+    _building[0] += 1   # templates used inside this one are copied in now: a copy never holds a CALL
+    try: self.outputs = _build(fn, self.stand_ins)
+    finally: _building[0] -= 1
     dependent = set(self.stand_ins)
     self.order: list[UOp] = []
     for node in toposort(list(self.outputs), enter=lambda n: n not in dependent):
       if node not in dependent and any(s in dependent for s in node.src):
         dependent.add(node)
         self.order.append(node)
+    # an output that is a stand-in or doesn't depend on the inputs (a constant) is copied, not called
+    self.callable = all(out in dependent and out not in self.stand_ins for out in self.outputs)
+
+  def __repr__(self) -> str: return f"Template({_label(self.name)})"
+
+  def call(self, xs: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    if not self.callable: return self.on(xs)
+    return tuple(UOp(Ops.CALL, out.dtype, xs, (self, i)) for i, out in enumerate(self.outputs))
 
   def on(self, xs: tuple[UOp, ...]) -> tuple[UOp, ...]:
     built: dict[UOp, UOp] = dict(zip(self.stand_ins, xs))
@@ -404,10 +419,18 @@ class Template:
     return tuple(built.get(out, out) for out in self.outputs)
 
 
+def _label(key: Any) -> str:
+  """What a template computes, for printing graphs: a function's name, or a key's first string."""
+  if callable(key): return getattr(key, "__name__", repr(key))
+  if isinstance(key, tuple): return next((_label(k) for k in key if isinstance(k, str) or callable(k)), repr(key))
+  return str(key)
+
+
 def _unallocated(x: UOp) -> UOp:
   buffer = UOp.new_buffer(x.device, math.prod(x.shape), x.dtype)
   return UOp(Ops.VIEW, x.dtype, (buffer,), ShapeTracker.from_shape(x.shape))
 
 
 templates: dict[tuple, Template] = {}   # (key, input signature) -> Template, the MAX_TEMPLATES most recently used
+_building = [0]   # how many Templates are being built (nested) right now
 MAX_TEMPLATES = 1024

@@ -22,6 +22,9 @@ from minigrad.helpers import cached_property
 class Ops(Enum):
   # tensor graph
   BUFFER = auto(); DEVICE = auto(); COPY = auto(); CONTIGUOUS = auto()
+  # output arg[1] of a graph built once and copied, arg[0] (minigrad/tensor/function.py's Template), applied to src:
+  # one node in the tensor graph for what would be dozens; the scheduler copies the graph in (Template.on)
+  CALL = auto()
   # movement: a VIEW carries a ShapeTracker in arg (tensor graph: applied to src[0]; kernel AST: describes a load)
   VIEW = auto()
   # kernel AST
@@ -198,6 +201,7 @@ class UOp(metaclass=_UOpCache):
       axes = self.arg[1]
       return tuple(1 if i in axes else d for i, d in enumerate(self.src[0].shape))
     if self.op is Ops.SINK: return ()
+    if self.op is Ops.CALL: return self.arg[0].outputs[self.arg[1]].shape
     return self.src[0].shape
 
   @property
