@@ -185,3 +185,32 @@ def test_a_batched_schedule_keeps_its_kernels_recently_used(monkeypatch):
   np.testing.assert_allclose(scaled.numpy(), x * 3, rtol=1e-6)
   np.testing.assert_allclose(top.numpy(), x.max() + 1, rtol=1e-6)
   assert list(realize.compiled_kernels)[-len(batch.keys):] == list(batch.keys)
+
+
+def test_a_templated_op_is_one_node_until_it_is_scheduled():
+  # exp's graph (dozens of nodes) is a CALL of its template until the scheduler copies it in: a graph replayed is
+  # keyed and walked without those nodes, and every result is still exact
+  from minigrad.uop.ops import Ops
+  x = data(8, 16, seed=3)
+  for _ in range(3):   # the first time copied in by the scheduler, then replayed
+    y = Tensor(x).softmax(-1)
+    calls = [n for n in y.uop.toposort if n.op is Ops.CALL]
+    assert len(calls) == 1 and len(y.uop.toposort) < 20, y.uop
+    np.testing.assert_allclose(y.numpy(), torch.tensor(x).softmax(-1).numpy(), rtol=1e-6, atol=1e-7)
+  # a CALL's output realized alone is kept for the graphs built on it, and both outputs of a template with two
+  # (Adam's update of a parameter and its moments) come from one copy
+  t = Tensor(x)
+  e = t.exp()
+  e.realize()
+  assert e.uop.base.op is Ops.BUFFER
+  np.testing.assert_allclose((e * 2).numpy(), np.exp(x) * 2, rtol=1e-6)
+  w = Tensor(x, requires_grad=True)
+  optimizer = nn.optim.Adam([w], lr=0.1)
+  (w * w).sum().backward()
+  optimizer.step()
+  reference = torch.tensor(x, requires_grad=True)
+  torch_optimizer = torch.optim.Adam([reference], lr=0.1)
+  (reference * reference).sum().backward()
+  torch_optimizer.step()
+  np.testing.assert_allclose(w.numpy(), reference.detach().numpy(), rtol=1e-5, atol=2e-6)   # Adam's rounding differs
+  np.testing.assert_allclose(optimizer.exp_avg[0].numpy(), torch_optimizer.state[reference]["exp_avg"].numpy(), rtol=1e-6)
