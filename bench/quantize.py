@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 from minigrad import Tensor, nn  # noqa: E402
-from minigrad.bench import _torch, configure_or_exit, header_lines, median_seconds, minigrad_runners, add_target_arguments  # noqa: E402
+from minigrad.bench.harness import _torch, configure_or_exit, header_lines, median_seconds, minigrad_runners, add_target_arguments  # noqa: E402
 from minigrad.engine.realize import get_kernel  # noqa: E402
 from minigrad.nn.datasets import mnist  # noqa: E402
 from minigrad.quantize import quantize  # noqa: E402
@@ -195,7 +195,7 @@ def instruction_census() -> None:
   compiler = Device[device].compiler
   for item in items:
     kernel = get_kernel(item.ast, device)
-    if not kernel.name.startswith("r_") or "char" not in kernel.source: continue
+    if not kernel.name.startswith("r_") or "const int* restrict" not in kernel.source: continue   # the matmul of int32 words
     with tempfile.TemporaryDirectory() as folder:
       path = os.path.join(folder, "kernel.so")
       with open(path, "wb") as f: f.write(compiler.compile(kernel.source))

@@ -57,6 +57,7 @@ def test_what_the_policy_reads_from_each_target(target, expected):
   assert cpu_policy.cached_bytes(target) == cpu_policy.min_packed_bytes(target) == target.l2_bytes // 2
   assert cpu_policy.l1_resident_bytes(target) == target.l1d_bytes * 2 // 3
   assert cpu_policy.line_elements(target) == 16
+  assert cpu_policy.min_paired_row_elements(target) == 32   # rows of two cache lines stream: two per trip
 
 
 def test_the_avx512_xeon_gives_the_figures_the_heuristics_were_tuned_with():

@@ -16,6 +16,7 @@ import gpt  # noqa: E402
 from mnist_mlp import MLP  # noqa: E402
 from minigrad import Tensor, dtypes, nn  # noqa: E402
 from minigrad.schedule.scheduler import create_schedule  # noqa: E402
+from minigrad.uop.ops import Ops  # noqa: E402
 from minigrad.quantize import (QMAX, QuantizedConv2d, QuantizedLinear, WeightOnlyLinear, int8_matmul, load_quantized,  # noqa: E402
                                quantize, quantize_weight, replace_layers, save_quantized)
 from minigrad.quantize.kernels import int8_linear  # noqa: E402
@@ -98,15 +99,18 @@ def test_dequantize_and_relu_fuse_into_the_matmul_kernel() -> None:
   assert len(plain) == len(with_relu) == 2
 
 
-def test_static_mlp_requantizes_inside_the_previous_kernel() -> None:
-  """examples/mnist_mlp.py's MLP (784-256-128-10, batch 128), static: 4 kernels, the input's quantization, then one
-  per layer, each ending with its dequantization, the ReLU and the next layer's requantization (no kernel of its own
-  between layers). Only scheduled, not run; the input scales are set by hand instead of calibrated."""
+def test_static_mlp_is_two_kernels_per_layer() -> None:
+  """examples/mnist_mlp.py's MLP (784-256-128-10, batch 128), static: 2 kernels per layer, the quantization of its
+  input packed into words (quantize.int8_dot), then the matmul ending with its dequantization and the ReLU; the
+  weights' packing is done once, when the layers are built. Only scheduled, not run; the input scales are set by
+  hand instead of calibrated."""
   Tensor.manual_seed(0)
   model = MLP(784)
   quantized = replace_layers(model, lambda path, obj: QuantizedLinear.from_float(obj, path, "static", 0.05) if isinstance(obj, nn.Linear) else None)
+  for layer in quantized.layers: layer.packed_weight()
   items, _, _ = create_schedule([quantized(Tensor.ones(128, 784)).uop])
-  assert len(items) == len(model.layers) + 1
+  assert len(items) == 2 * len(model.layers)
+  assert sum(any(n.op is Ops.REDUCE_AXIS for n in item.ast.toposort) for item in items) == len(model.layers)
 
 
 # ---------------------------------------------------------------- models
@@ -222,3 +226,19 @@ def test_nan_in_weight_names_the_layer() -> None:
 def test_bad_arguments(kwargs: dict, message: str) -> None:
   with pytest.raises(ValueError, match=message):
     quantize(mlp(), batches(1, (4, 24)), **kwargs)
+
+
+def test_packed_weight_stays_out_of_the_state_dict() -> None:
+  """A quantized Linear packs its weight into words once, at its first call (quantize.int8_dot); the state dict (and
+  so a saved file) keeps the int8 weight only, and a replaced weight is packed again."""
+  from minigrad.nn.state import get_state_dict
+  layer = quantize(nn.Linear(8, 20), mode="dynamic")
+  x = Tensor(batches(1, (3, 8))[0])
+  before = sorted(get_state_dict(layer))
+  first = layer(x).numpy()
+  packed = layer.packed_weight()
+  assert sorted(get_state_dict(layer)) == before == ["bias", "weight", "weight_scale"]
+  assert layer.packed_weight() is packed
+  layer.weight = Tensor(-layer.weight.numpy())
+  assert layer.packed_weight() is not packed
+  np.testing.assert_allclose(layer(x).numpy() - layer.bias.numpy(), -(first - layer.bias.numpy()), rtol=1e-5, atol=1e-5)

@@ -4,13 +4,18 @@ Input: the linearizer's list of UOps. Output: facts about it that the renderers 
   - `simd_idioms`: multi-op float32 vector patterns x86 does in one instruction (floor, max/min selects, x * 2**n);
   - `prefetches`: vector loads that should also prefetch data ahead (the next row of a fused softmax, the rest of a
     packed matmul panel);
+  - `int8_dots`: sums of the products of int8 values packed into int32 words (4 bytes, or 2 int16 halves) that the
+    Target's dot-product instruction computes (vpdpbusd, pmaddwd, sdot ...; opt.cpu_policy decides which);
   - `EXP2_POLY`: the polynomial of the renderers' inline AVX-512 exp2.
 Both renderers use the same facts, so a kernel gives the same bits on either backend.
 """
 from __future__ import annotations
+from typing import NamedTuple
 from minigrad.dtype import dtypes
-from minigrad.uop.ops import UOp, Ops
+from minigrad.uop.ops import UOp, Ops, GroupOp
 from minigrad.uop.symbolic import split_terms, _coefficient
+from minigrad.opt.cpu_policy import int8_dot_instruction, int16_pair_instruction
+from minigrad.target import Target
 
 # 2**f on [-0.5, 0.5]: a degree-6 polynomial fitted for relative error (1.9e-9), under 1 ulp in float32 with FMAs;
 # highest power first
@@ -143,3 +148,94 @@ def panel_prefetches(uops: list[UOp]) -> dict[UOp, int]:
       step = strides[0] * u.dtype.scalar().itemsize if len(strides) == 1 else 0
       if PANEL_STEP_BYTES[0] <= step <= PANEL_STEP_BYTES[1]: prefetched[u] = strides[0] * (PREFETCH_AHEAD_BYTES // step)
   return prefetched
+
+
+
+# ---- int8 dot products: the products of int8 values packed into int32 words, in one instruction where the Target has it ----
+INT8_DOT_DTYPES = tuple(dtypes.int32.vec(w) for w in (4, 8, 16))
+
+
+class Int8Dot(NamedTuple):
+  """The sum of `rest` (terms added as they are; none: 0) and, for each (instruction, a, b) of `steps`, the dot
+  product of the int32 words a and b: "bytes" words (opt.cpu_policy.INT8_DOT_INSTRUCTIONS) sum unsigned byte of a *
+  signed byte of b over their 4 bytes, "pairs" words (INT16_PAIR_INSTRUCTIONS) the products of their 2 int16 halves.
+  A word that is a scalar is the same in every lane."""
+  rest: tuple[UOp, ...]
+  steps: tuple[tuple[str, UOp, UOp], ...]
+
+
+def _part_of(u: UOp) -> tuple[UOp, str, int] | None:
+  """(int32 word, kind, index) when u is a part of a word: "ubyte" (w >> 8*i) & 255, "sbyte" (w << 24 - 8*i) >> 24,
+  "half" (w << 16) >> 16 or w >> 16 (a shift by 0 left out); on vectors or broadcast from a scalar."""
+  if u.op is Ops.VECTORIZE and all(s is u.src[0] for s in u.src): u = u.src[0]
+  if u.dtype.scalar() != dtypes.int32 or u.op not in (Ops.AND, Ops.SHR): return None
+  word, amount = u.src[0], _const_value(u.src[1])
+  inner = _const_value(word.src[1]) if word.op in (Ops.SHR, Ops.SHL) else None
+  if u.op is Ops.AND and amount == 255:
+    return (word.src[0], "ubyte", inner // 8) if word.op is Ops.SHR and inner in (8, 16, 24) else (word, "ubyte", 0)
+  if u.op is Ops.SHR and amount == 24:
+    return (word.src[0], "sbyte", (24 - inner) // 8) if word.op is Ops.SHL and inner in (8, 16, 24) else (word, "sbyte", 3)
+  if u.op is Ops.SHR and amount == 16:
+    return (word.src[0], "half", 0) if word.op is Ops.SHL and inner == 16 else (word, "half", 1)
+  return None
+
+
+def _dot_term(t: UOp, order: dict[UOp, int]) -> tuple[tuple[str, UOp, UOp], int] | None:
+  """((layout, a, b), index) when t is one product of a dot of words a and b: ubyte(a, i) * sbyte(b, i) ("bytes") or
+  half(a, i) * half(b, i) ("pairs", a the word that comes first in the kernel)."""
+  if t.op is not Ops.MUL: return None
+  x, y = _part_of(t.src[0]), _part_of(t.src[1])
+  if x is None or y is None or x[2] != y[2]: return None
+  if {x[1], y[1]} == {"ubyte", "sbyte"}:
+    unsigned, signed = (x, y) if x[1] == "ubyte" else (y, x)
+    return ("bytes", unsigned[0], signed[0]), x[2]
+  if x[1] == y[1] == "half":
+    a, b = sorted((x[0], y[0]), key=lambda w: order.get(w, -1))
+    return ("pairs", a, b), x[2]
+  return None
+
+
+def int8_dots(uops: list[UOp], target: Target | None) -> dict[UOp, Int8Dot]:
+  """Sums (trees of int32-vector ADDs) that contain all the products of a dot of two words (4 for "bytes", 2 for
+  "pairs"; minigrad.quantize.int8_dot builds them): the root ADD -> an Int8Dot, for the words whose layout has an
+  instruction for the vector's lanes on `target` (opt.cpu_policy decides). The ADDs and products it replaces are
+  left unused; without an instruction the plain arithmetic stays."""
+  if target is None or not any(u.op is Ops.MUL and u.dtype in INT8_DOT_DTYPES for u in uops): return {}
+  uses: dict[UOp, int] = {}
+  order = {u: i for i, u in enumerate(uops)}
+  for u in uops:
+    for s in u.src: uses[s] = uses.get(s, 0) + 1
+  inner = {s for u in uops if u.op is Ops.ADD and u.dtype in INT8_DOT_DTYPES for s in u.src
+           if s.op is Ops.ADD and s.dtype == u.dtype and uses[s] == 1}
+  found: dict[UOp, Int8Dot] = {}
+  for root in uops:
+    if root.op is not Ops.ADD or root.dtype not in INT8_DOT_DTYPES or root in inner: continue
+    instructions = {"bytes": int8_dot_instruction(target, root.dtype.count), "pairs": int16_pair_instruction(target, root.dtype.count)}
+    terms, stack = [], [root]
+    while stack:
+      u = stack.pop()
+      if u is root or u in inner and u.op is Ops.ADD and u.dtype == root.dtype: stack.extend(reversed(u.src))
+      else: terms.append(u)
+    groups: dict[tuple[str, UOp, UOp], dict[int, UOp]] = {}
+    for t in terms:
+      if (found_term := _dot_term(t, order)) is not None and instructions[found_term[0][0]] is not None:
+        groups.setdefault(found_term[0], {}).setdefault(found_term[1], t)
+    complete = [key for key, products in groups.items() if len(products) == (4 if key[0] == "bytes" else 2)]
+    if not complete: continue
+    used = {t for key in complete for t in groups[key].values()}
+    found[root] = Int8Dot(tuple(t for t in terms if t not in used), tuple((instructions[layout], a, b) for layout, a, b in complete))
+  return found
+
+
+def unused_after(uops: list[UOp], dots: dict[UOp, Int8Dot]) -> set[UOp]:
+  """The arithmetic (ALU ops, broadcasts, lane reads) only the sums that `dots` replace used: the renderer leaves it
+  out (the parts of the words, their products, the inner ADDs)."""
+  users: dict[UOp, list[UOp]] = {}
+  for u in uops:
+    sources = dots[u].rest + tuple(w for _, a, b in dots[u].steps for w in (a, b)) if u in dots else u.src
+    for s in sources: users.setdefault(s, []).append(u)
+  unused: set[UOp] = set()
+  for u in reversed(uops):
+    if u not in dots and (u.op in GroupOp.ALU or u.op in (Ops.VECTORIZE, Ops.GEP)) and all(user in unused for user in users.get(u, ())):
+      unused.add(u)
+  return unused if dots else set()

@@ -25,7 +25,8 @@ import re
 import numpy as np
 from minigrad.dtype import DType, dtypes, PtrDType, bfloat16_bits, truncate
 from minigrad.uop.ops import UOp, Ops, GroupOp
-from minigrad.codegen.cpu_patterns import EXP2_POLY, prefetches, simd_idioms
+from minigrad.codegen.cpu_patterns import EXP2_POLY, prefetches, simd_idioms, int8_dots, unused_after
+from minigrad.codegen.llvm_int8_dot import render_int8_dot
 
 SCALAR_TYPES: dict[DType, str] = {
   dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
@@ -121,16 +122,17 @@ class LLVMRenderer:
   # a reduce's one-hot terms are added in a conditional block (see linearizer.one_hot_term)
   gated_reduces = True
 
-  def __init__(self, libmvec_widths: dict[int, str] | None = None, avx512: bool = False):
+  def __init__(self, libmvec_widths: dict[int, str] | None = None, avx512: bool = False, target=None):
     """`libmvec_widths`: vector width -> ISA letter of the libmvec variants the target can call (x86: 4 -> "b"
     with SSE2, 8 -> "d" with AVX2, 16 -> "e" with AVX-512), e.g. `_ZGVeN16v_exp2f`. None: LLVM's intrinsics.
-    `avx512`: the target is x86 with AVX-512F, so exp2 of 16 floats is computed inline (as the C renderer does)."""
-    self.libmvec_widths, self.avx512 = dict(libmvec_widths or {}), avx512
+    `avx512`: the target is x86 with AVX-512F, so exp2 of 16 floats is computed inline (as the C renderer does).
+    `target`: the compiler's Target, for the int8 dot-product instruction it has (None: the plain arithmetic)."""
+    self.libmvec_widths, self.avx512, self.target = dict(libmvec_widths or {}), avx512, target
 
   def render(self, name: str, uops: list[UOp], notes: dict[UOp, str] | None = None) -> str:
     """The kernel's module. `notes` (uop -> text; minigrad/viz/kernel_comments.py) adds a `; text` line before the
     instructions of a uop whose note differs from the last one written."""
-    return _FunctionWriter(name, uops, self.libmvec_widths, self.avx512).write(notes)
+    return _FunctionWriter(name, uops, self.libmvec_widths, self.avx512, self.target).write(notes)
 
 
 # ops that fix their place: loops, memory writes (a STORE may open a basic block), definitions
@@ -175,9 +177,11 @@ def interleaved(uops: list[UOp]) -> list[UOp]:
 class _FunctionWriter:
   """Writes one function. Registers are `%v<position of the uop>`; helper values get a numbered suffix (`%v12.3`)."""
 
-  def __init__(self, name: str, uops: list[UOp], libmvec_widths: dict[int, str], avx512: bool):
+  def __init__(self, name: str, uops: list[UOp], libmvec_widths: dict[int, str], avx512: bool, target=None):
     self.name, self.uops, self.libmvec_widths, self.avx512 = name, interleaved(uops), libmvec_widths, avx512
     self.idioms = simd_idioms(uops)   # single-instruction patterns: floor, max/min selects, x * 2**n
+    self.dots = int8_dots(uops, target)   # int8 dot products, as the Target's instruction
+    self.unused = unused_after(uops, self.dots)
     self.prefetched = prefetches(uops, LLVMRenderer.threaded_outer_loop)   # vector loads -> elements ahead to prefetch
     self.position = {u: i for i, u in enumerate(uops)}
     self.names: dict[UOp, str] = {}           # uop -> its register or inline constant
@@ -226,6 +230,7 @@ class _FunctionWriter:
   def write(self, notes: dict[UOp, str] | None = None) -> str:
     last_note = ""
     for u in self.uops:
+      if u in self.unused: continue   # what the int8 dot products replace
       first_line = len(self.lines)
       self.render_uop(u)
       if notes and (note := notes.get(u, "")) and note != last_note and len(self.lines) > first_line:
@@ -289,6 +294,7 @@ class _FunctionWriter:
     elif op is Ops.GEP: self.names[u] = self.emit(u, f"extractelement {self.typed(u.src[0], u)}, i32 {u.arg}")
     elif op is Ops.CAST: self.names[u] = self.cast(u, self.value(u.src[0], u), u.src[0].dtype, u.dtype)
     elif op is Ops.BITCAST: self.names[u] = self.bitcast(u)
+    elif u in self.dots: self.names[u] = render_int8_dot(self, u, self.dots[u])
     elif u in self.idioms: self.names[u] = self.idiom(u, *self.idioms[u])
     elif op in GroupOp.ALU: self.names[u] = self.alu(u)
     else: raise NotImplementedError(f"LLVMRenderer can't render {op}")

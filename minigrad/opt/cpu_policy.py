@@ -65,3 +65,60 @@ def conv_row_width(width: int, target: Target) -> int:
   vectors."""
   lanes = target.vector_bytes // 4
   return next((w for w in (1, 2, 4, 8, 16) if w >= width and w < lanes), -(-width // lanes) * lanes)
+
+
+def min_paired_row_elements(target: Target) -> int:
+  """A kernel of row reductions (a softmax) takes two rows per outer loop trip, two streams for the memory system,
+  when its rows have at least this many float32 elements: two cache lines. Shorter rows (a loss over 10 classes) are
+  a few vectors each: a second row only doubles the code."""
+  return 2 * line_elements(target)
+
+
+
+# ---- int8 dot products (minigrad.quantize packs int8 values into int32 words; codegen.cpu_patterns.int8_dots finds
+# their products) ----
+# "bytes" words hold 4 consecutive k: the sum over a word of unsigned byte * signed byte. vpdpbusd does it in one
+# instruction (AVX-512 VNNI; AVX-VNNI on 8 or 4 lanes), usdot (Armv8.6 i8mm) too; sdot (Armv8.2 dotprod) is signed x
+# signed, made unsigned x signed by flipping the top bit of the unsigned bytes and adding 128 times the signed bytes'
+# sum; bytes_pmaddwd widens the even and the odd bytes to int16 pairs for pmaddwd (vpmaddubsw would saturate:
+# 2 * 255 * 127 > 32767). By int32 lanes: (instruction, the Target features it needs), best first.
+INT8_DOT_INSTRUCTIONS: dict[str, dict[int, tuple[tuple[str, frozenset[str]], ...]]] = {
+  "x86_64": {16: (("vpdpbusd512", frozenset({"avx512f", "avx512vnni"})),),
+             8: (("vpdpbusd256", frozenset({"avx512vnni", "avx512vl"})), ("vpdpbusd256vex", frozenset({"avxvnni"})),
+                 ("bytes_pmaddwd256", frozenset({"avx2"}))),
+             4: (("vpdpbusd128", frozenset({"avx512vnni", "avx512vl"})), ("vpdpbusd128vex", frozenset({"avxvnni"})),
+                 ("bytes_pmaddwd128", frozenset({"sse2"})))},
+  "aarch64": {4: (("usdot", frozenset({"neon", "i8mm"})), ("sdot", frozenset({"neon", "dotprod"})))},
+}
+# "pairs" words hold 2 consecutive k as signed int16 halves: the sum over a word of the halves' products, which pmaddwd
+# computes with nothing to unpack (vpdpwssd with AVX-512 VNNI also adds it to the accumulator)
+INT16_PAIR_INSTRUCTIONS: dict[str, dict[int, tuple[tuple[str, frozenset[str]], ...]]] = {
+  "x86_64": {16: (("vpdpwssd512", frozenset({"avx512f", "avx512vnni"})), ("pmaddwd512", frozenset({"avx512bw"}))),
+             8: (("pmaddwd256", frozenset({"avx2"})),), 4: (("pmaddwd128", frozenset({"sse2"})),)},
+}
+# the byte dot products that are one instruction (bytes_pmaddwd takes five: "pairs" words need one)
+SINGLE_BYTE_DOTS = ("vpdpbusd512", "vpdpbusd256", "vpdpbusd256vex", "vpdpbusd128", "vpdpbusd128vex", "usdot", "sdot")
+
+
+def _instruction(table: dict, target: Target, lanes: int) -> str | None:
+  return next((name for name, needs in table.get(target.arch, {}).get(lanes, ()) if needs <= target.features), None)
+
+
+def int8_dot_instruction(target: Target, lanes: int) -> str | None:
+  """The instruction for the dot product of "bytes" words on `lanes` int32 lanes, or None (the plain C arithmetic:
+  the bytes shifted out, multiplied and added)."""
+  return _instruction(INT8_DOT_INSTRUCTIONS, target, lanes)
+
+
+def int16_pair_instruction(target: Target, lanes: int) -> str | None:
+  """The instruction for the dot product of "pairs" words on `lanes` int32 lanes, or None (plain C)."""
+  return _instruction(INT16_PAIR_INSTRUCTIONS, target, lanes)
+
+
+def int8_dot_layout(target: Target) -> str:
+  """How int8 matmul operands are packed into int32 words for `target`: "bytes" (4 k per word, a quarter of float32's
+  bytes) where one instruction sums a word's products on the widest vectors, else "pairs" (2 k per word, as int16)
+  where pmaddwd does, else "bytes" (plain C either way: the fewer bytes)."""
+  lanes = target.vector_bytes // 4
+  if int8_dot_instruction(target, lanes) in SINGLE_BYTE_DOTS: return "bytes"
+  return "pairs" if int16_pair_instruction(target, lanes) is not None else "bytes"

@@ -7,20 +7,22 @@ Symmetric int8 everywhere: a real value v is stored as q = round(v / scale) clip
 produced, so a negated value still fits and int8 x int8 products stay within +-127*127), and read back as q * scale.
 Weights have one scale per output channel, activations one per tensor.
 
-The quantized matmul is int8 x int8 -> int32: both operands are cast to int32, multiplied and summed in int32 (a sum
-of K products of at most 127*127 overflows int32 only past K = 133,000, which `check_reduce_length` refuses). Then,
-in the same kernel as the sum (the scheduler fuses elementwise ops after a reduce into it): cast to float32, times
-input scale * weight scale, plus bias, and whatever elementwise op the caller applies next (a ReLU; the next layer's
-requantization when its input scale is fixed).
+The quantized matmul is int8 x int8 -> int32, summed in int32 (a sum of K products of at most 128*128 could overflow
+int32 only past K = 131,000, which `check_reduce_length` refuses) over int32 words that pack 4 (or 2) int8 values
+each, so that the CPU codegen can use the Target's dot-product instruction (see quantize.int8_dot). The input is
+quantized and packed into words in one elementwise kernel; then, in the same kernel as the sum (the scheduler fuses
+elementwise ops after a reduce into it): cast to float32, times input scale * weight scale, plus bias, and whatever
+elementwise op the caller applies next (a ReLU).
 """
 from __future__ import annotations
 import numpy as np
 from minigrad.dtype import dtypes
 from minigrad.tensor import Tensor
 from minigrad.nn import functional
+from minigrad.quantize.int8_dot import PackedWeight, activation_words, layout_for, pack_weight, word_matmul
 
 QMAX = 127   # symmetric int8 range [-127, 127]
-MAX_REDUCE_LENGTH = (2**31 - 1) // (QMAX * QMAX)   # products summed before an int32 sum could overflow
+MAX_REDUCE_LENGTH = (2**31 - 1) // (128 * 128)   # products summed before an int32 sum could overflow (-128 too)
 
 
 def weight_scales(weight: np.ndarray) -> np.ndarray:
@@ -39,13 +41,18 @@ def quantize_weight(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def quantize_activation(x: Tensor, scale: Tensor) -> Tensor:
-  """x / scale rounded (half up) and clipped to [-127, 127], as int8. `scale` is a Tensor of one element (a calibrated
+  """x / scale rounded (half up) and clipped to [-127, 127], as int8 (see quantized_values)."""
+  return quantized_values(x, scale).cast(dtypes.int8)
+
+
+def quantized_values(x: Tensor, scale: Tensor) -> Tensor:
+  """x / scale rounded (half up) and clipped to [-127, 127], as int32 values. `scale` is a Tensor of one element (a calibrated
   constant or the batch's own). Rounding: +128.5 makes every value positive, so the cast to int32 (truncation) is
   floor(v + 0.5); -128 brings it back. It costs a handful of ops per element where round() (half to even) costs
   a dozen, and multiplying by the reciprocal and max/min build small graphs where / and clip() build large ones (the
   graph is built on every eager call). NaN in x gives an unspecified int8 (C leaves the cast undefined)."""
   clipped = (x.float() * scale.reciprocal()).maximum(-QMAX).minimum(QMAX)
-  return ((clipped + (QMAX + 1.5)).cast(dtypes.int32) - (QMAX + 1)).cast(dtypes.int8)
+  return (clipped + (QMAX + 1.5)).cast(dtypes.int32) - (QMAX + 1)
 
 
 def dynamic_scale(x: Tensor) -> Tensor:
@@ -59,14 +66,16 @@ def check_reduce_length(length: int, what: str) -> None:
     raise ValueError(f"{what}: {length} products per output could overflow the int32 sum (at most {MAX_REDUCE_LENGTH})")
 
 
-def int8_matmul(x_q: Tensor, weight_q: Tensor) -> Tensor:
-  """(..., K) int8 @ (N, K).T int8 -> (..., N) int32, exact: both cast to int32, multiplied and summed in int32."""
+def int8_matmul(x_q: Tensor, weight_q: Tensor, layout: str | None = None) -> Tensor:
+  """(..., K) int8 @ (N, K).T int8 -> (..., N) int32, exact: summed in int32 over words of `layout` (None: the
+  device's, see quantize.int8_dot.layout_for). The weight is packed on each call: layers pack theirs once."""
   if x_q.dtype != dtypes.int8 or weight_q.dtype != dtypes.int8:
     raise TypeError(f"int8_matmul: expected int8 operands, got {x_q.dtype} {x_q.shape} and {weight_q.dtype} {weight_q.shape}")
   if x_q.ndim == 0 or weight_q.ndim != 2 or x_q.shape[-1] != weight_q.shape[1]:
     raise ValueError(f"int8_matmul: input {x_q.shape} and weight {weight_q.shape} don't match: expected (..., K) and (N, K)")
   check_reduce_length(weight_q.shape[1], "int8_matmul")
-  return x_q.cast(dtypes.int32).matmul(weight_q.cast(dtypes.int32).T)   # matmul sums in its operands' dtype: int32
+  packed = pack_weight(weight_q, layout or layout_for(weight_q.device))
+  return word_matmul(activation_words(x_q.cast(dtypes.int32), packed.layout), packed)
 
 
 def dequantize_output(accumulated: Tensor, output_scale: Tensor, bias: Tensor | None, channel_axis: int = -1) -> Tensor:
@@ -78,11 +87,18 @@ def dequantize_output(accumulated: Tensor, output_scale: Tensor, bias: Tensor | 
   return out + bias.reshape(shape) if bias is not None else out
 
 
-def int8_linear(x: Tensor, weight_q: Tensor, weight_scale: Tensor, bias: Tensor | None, input_scale: Tensor | None) -> Tensor:
+def int8_linear(x: Tensor, weight_q: Tensor, weight_scale: Tensor, bias: Tensor | None, input_scale: Tensor | None,
+                packed: PackedWeight | None = None) -> Tensor:
   """A quantized Linear: x quantized with `input_scale` (None: the batch's own, dynamic) then int8 @ int8 -> int32,
-  dequantized with input_scale * weight_scale, plus bias: float32 (..., N)."""
+  dequantized with input_scale * weight_scale, plus bias: float32 (..., N). `packed`: weight_q packed already
+  (quantize.int8_dot.pack_weight), else it is packed here."""
   scale = dynamic_scale(x) if input_scale is None else input_scale
-  accumulated = int8_matmul(quantize_activation(x, scale), weight_q)
+  if packed is None:
+    check_reduce_length(weight_q.shape[1], "int8_linear")
+    packed = pack_weight(weight_q, layout_for(weight_q.device))
+  # the activation's words are built where it is quantized, in one elementwise kernel before the matmul's
+  words = activation_words(quantized_values(x, scale), packed.layout).contiguous()
+  accumulated = word_matmul(words, packed)
   return dequantize_output(accumulated, scale * weight_scale, bias)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from minigrad.dtype import dtypes
 from minigrad.tensor import Tensor
 from minigrad import nn
-from minigrad.quantize import kernels
+from minigrad.quantize import int8_dot, kernels
 
 KINDS = ("static", "dynamic", "weight")
 
@@ -76,9 +76,19 @@ class QuantizedLinear(_Quantized):
   def _build(cls, layer, weight_q, weight_scale, bias, input_scale, kind):
     return cls(weight_q, weight_scale, bias, input_scale, kind)
 
+  def packed_weight(self) -> int8_dot.PackedWeight:
+    """The weight packed into words for the device's int8 dot product (quantize.int8_dot), once: again only when
+    `weight` is replaced (a loaded state dict) or moved to another device."""
+    key = (self.weight.uop, self.weight.device)
+    if getattr(self, "_packed_key", None) != key:
+      kernels.check_reduce_length(self.weight.shape[1], type(self).__name__)
+      self._packed = int8_dot.pack_weight(self.weight, int8_dot.layout_for(self.weight.device))
+      self._packed_key = key
+    return self._packed
+
   def __call__(self, x: Tensor) -> Tensor:
     _check_input(x, self.weight.shape[1], -1, type(self).__name__)
-    return kernels.int8_linear(x, self.weight, self.weight_scale, self.bias, self.input_scale)
+    return kernels.int8_linear(x, self.weight, self.weight_scale, self.bias, self.input_scale, self.packed_weight())
 
 
 class WeightOnlyLinear(QuantizedLinear):

@@ -467,6 +467,7 @@ def configure_renderer(renderer: Any, compiler: CCompiler) -> Any:
   capabilities = compiler.capabilities
   renderer.vector_lanes = capabilities.vector_extensions   # without vector types, kernels stay scalar C
   renderer.shufflevector = capabilities.shufflevector
+  renderer.target = compiler.target   # the instructions the compiler's -march has (the int8 dot product's)
   mode = float16_mode(capabilities)
   renderer.float16_mode = mode or "bits"
   renderer.float16_unavailable = "" if mode else (

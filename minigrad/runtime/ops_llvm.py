@@ -112,5 +112,5 @@ class LLVMProgram(CPUProgram):
 def create_device() -> Compiled:
   compiler = LLVMCompiler()
   # the renderer may call the SIMD math functions this CPU and C library have
-  renderer = LLVMRenderer(libmvec_widths=compiler.libmvec_widths, avx512=compiler.avx512)
+  renderer = LLVMRenderer(libmvec_widths=compiler.libmvec_widths, avx512=compiler.avx512, target=compiler.target)
   return Compiled("LLVM", CPUAllocator(), compiler, renderer, functools.partial(LLVMProgram, target=compiler.target))
