@@ -8,9 +8,10 @@ Input: the models of bench/mlp_train.py (MLP 784-256-128-10, Adam, global batch 
 GPT: 2 blocks, width 128, 64 tokens, global batch 16), from a source checkout.
 Output: the host and Target lines, then per model:
   * 2 ranks x 1 thread (`mpirun -n 2`, CPU_THREADS=1, half the batch per rank): global steps/s, the time per step
-    spent in allreduce_gradients (packing, the MPI allreduce and waiting for the other rank) as a fraction of the step,
-    the same at the fastest block (on a busy host the least disturbed one), and the same gradient allreduce timed
-    alone (no compute around it: the transfer itself);
+    spent in allreduce_gradients (packing, the reduction - through shared memory on one host, see
+    minigrad/distributed/shared.py - and waiting for the other rank) as a fraction of the step, the same at the
+    fastest block (on a busy host the least disturbed one), and the same gradient allreduce timed alone (no compute
+    around it: the transfer itself), next to one MPI_Allreduce of the gradients' size;
   * 1 rank x 2 threads (a plain process, CPU_THREADS=2, the whole batch): global steps/s;
   * 1 rank x 1 thread, for scale, and the same with allreduce_gradients on a loopback communicator (it packs the
     buckets and puts its host launch, a Python callback, into the TinyJit replay, but sends nothing);
@@ -44,7 +45,7 @@ GOAL = 0.10   # issue #28: allreduce <= 10 % of the MLP step at 2 ranks
 def _model_and_batches(name: str, world_size: int) -> tuple[Callable[[], Any], Any, list[tuple[np.ndarray, np.ndarray]]]:
   """(forward, parameters, batches of this rank's size) for a model of bench/."""
   from minigrad import Tensor, nn
-  from minigrad.bench import _bench_module
+  from minigrad.bench.harness import _bench_module
   from minigrad.nn.state import get_parameters
   Tensor.manual_seed(0)
   if name == "mlp":
@@ -113,10 +114,17 @@ def worker(name: str, steps: int, runs: int, loopback: bool = False) -> dict[str
                             "gradient_bytes": sum(p.numel() * 4 for p in params)}
   if (comm := dist.communicator()) is not None:                 # the same allreduce with nothing around it
     buffer = np.ones(sum(p.numel() for p in params), dtype=np.float32)
-    comm.barrier()
-    start = time.perf_counter()
-    for _ in range(steps): comm.allreduce_([buffer], "sum")
-    result["allreduce_alone_s"] = (time.perf_counter() - start) / steps
+    def mpi() -> None: comm.allreduce_([buffer], "sum")
+    exchange = comm.node_exchange([(buffer.size, buffer.dtype)])
+    def shared() -> None:                                       # packing included, as in a step
+      exchange.pack([[(0, buffer)]])
+      comm.shared_allreduce_(exchange, [[(0, buffer)]])
+    result["path"] = "shared memory" if exchange is not None else "MPI"
+    for key, reduce in (("allreduce_alone_s", shared if exchange is not None else mpi), ("mpi_alone_s", mpi)):
+      comm.barrier()
+      start = time.perf_counter()
+      for _ in range(steps): reduce()
+      result[key] = (time.perf_counter() - start) / steps
   return result
 
 
@@ -158,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     if dist.world().is_main: print("RESULT " + json.dumps(result), flush=True)
     return
   if unknown := [n for n in args.names if n not in MODELS]: parser.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
-  from minigrad.bench import configure_or_exit, header_lines
+  from minigrad.bench.harness import configure_or_exit, header_lines
   setup = configure_or_exit(parser.prog)
   for line in header_lines(setup)[:2]: print(line)
   mpirun = _mpirun()
@@ -178,7 +186,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{MODELS[name]}: {parallel['gradient_bytes'] / 1e6:.2f} MB of gradients")
     print(f"  {args.ranks} ranks x 1 thread:  {1 / parallel['step_s']:8.1f} steps/s, {parallel['step_s'] * 1e3:7.2f} ms/step; allreduce "
           f"{parallel['allreduce_s'] * 1e3:.2f} ms/step = {share:.1%} of the step{goal} (packing {parallel['pack_s'] * 1e3:.2f} ms); "
-          f"the same allreduce alone {parallel['allreduce_alone_s'] * 1e3:.2f} ms ({parallel['allreduce_alone_s'] / parallel['step_s']:.1%})")
+          f"the same allreduce alone ({parallel['path']}) {parallel['allreduce_alone_s'] * 1e3:.2f} ms "
+          f"({parallel['allreduce_alone_s'] / parallel['step_s']:.1%}), MPI_Allreduce alone {parallel['mpi_alone_s'] * 1e3:.2f} ms")
     print(f"  {'':22}fastest block: {parallel['best_step_s'] * 1e3:.2f} ms/step, allreduce {parallel['best_allreduce_s'] * 1e3:.2f} ms = "
           f"{parallel['best_allreduce_s'] / parallel['best_step_s']:.1%}")
     print(f"  1 rank x {args.ranks} threads:   {1 / threaded['step_s']:8.1f} steps/s, {threaded['step_s'] * 1e3:7.2f} ms/step")

@@ -1,6 +1,7 @@
 """Data-parallel training on MPI (minigrad/distributed/): the sampler, bucketing, the gradient allreduce inside and
-outside TinyJit (in-process, with a stand-in communicator), and real 2-rank jobs under mpirun: the same parameters as
-one rank with the double batch after 20 steps of SGD and of Adam on MNIST, a rank that raises, dies or hangs stops the
+outside TinyJit (in-process, with a stand-in communicator), and real jobs under mpirun: the same parameters as one
+rank with the whole batch after 20 steps of SGD and of Adam on MNIST (2 ranks through shared memory, 2 ranks as 2 hosts
+over MPI alone, 4 ranks as 2 hosts of 2), a rank that raises, dies or hangs stops the
 job with an error naming it, mismatched models are refused, and the MNIST and GPT examples run with --distributed (the
 GPT's 2 ranks follow 1 rank with the double batch).
 
@@ -8,7 +9,7 @@ Input: minigrad.distributed, tests/distributed_worker.py, examples/mnist_mlp.py 
 ../shared/datasets/mnist. The mpirun tests skip, saying why, without mpi4py, mpirun or the t10k files
 (MINIGRAD_REQUIRE_MPI=1, set by .ci/run-distributed, turns the skips for a missing mpi4py or mpirun into failures),
 and on a default device other than CPU (what they test is the same on every device; the in-process tests cover the
-devices without host memory). About a minute on 2 busy cores with a warm kernel cache.
+devices without host memory). About two minutes on 2 busy cores with a warm kernel cache.
 Output: pass/fail.
 """
 from __future__ import annotations
@@ -94,6 +95,15 @@ def test_buckets_group_by_dtype_and_respect_the_size_limit() -> None:
   assert dist.plan_buckets(layout, 2048) == [[0, 1], [2, 4], [3]]
   assert dist.plan_buckets(layout, 1024) == [[0], [1], [2, 4], [3]]       # a gradient larger than the limit: its own bucket
   assert dist.plan_buckets(layout, 1 << 20) == [[0, 1, 3], [2, 4]]
+
+
+@pytest.mark.parametrize("size, parts, itemsize", [(235146, 2, 4), (10, 2, 4), (0, 3, 8), (1000, 3, 8), (17, 4, 4)])
+def test_shared_memory_chunks_cover_a_bucket_once_on_cache_line_starts(size: int, parts: int, itemsize: int) -> None:
+  from minigrad.distributed.shared import chunk_bounds
+  bounds = chunk_bounds(size, parts, itemsize)
+  assert len(bounds) == parts + 1 and bounds[0] == 0 and bounds[-1] == size and bounds == sorted(bounds)
+  assert all(b * itemsize % 64 == 0 for b in bounds[:-1] if b < size)   # no two ranks write one cache line
+  if size >= 64 * parts: assert max(b - a for a, b in zip(bounds, bounds[1:])) - min(b - a for a, b in zip(bounds, bounds[1:])) <= 64
 
 
 # ---------------------------------------------------------------- the gradient allreduce in-process
@@ -292,22 +302,36 @@ def run_mpi(mpirun: str, ranks: int, args: list[str], timeout: float = 150, env:
   return process.returncode, output.decode(errors="replace"), time.perf_counter() - start
 
 
-def test_two_ranks_match_one_rank_with_the_double_batch(mpirun: str, tmp_path: Path) -> None:
-  """20 steps on MNIST, SGD (momentum) and Adam, eager and TinyJit: 2 ranks x batch 32 end where 1 rank x batch 64 does."""
-  out = tmp_path / "params"
-  status, output, _ = run_mpi(mpirun, 2, ["tests/distributed_worker.py", "train", "--mnist-dir", str(MNIST_DIR), "--out", str(out),
-                                          "--steps", "20", "--batch", "32"])
-  assert status == 0, output[-4000:]
-  ranks = [np.load(f"{out}.rank{r}.npz") for r in range(2)]
+@functools.cache
+def one_rank_reference(optimizer_name: str, jit: bool) -> list[np.ndarray]:
+  """The final parameters of 1 rank x batch 64 (20 steps), computed once per configuration."""
   images, labels = worker.load_images(str(MNIST_DIR), 2048)
+  return worker.train(images, labels, optimizer_name, jit, steps=20, batch=64, world_size=1, rank=0)
+
+
+@pytest.mark.parametrize("ranks, node_size", [(2, ""), (2, "1"), (4, "2")], ids=["shared-memory", "mpi-only", "two-hosts-of-two"])
+def test_ranks_match_one_rank_with_the_whole_batch(mpirun: str, tmp_path: Path, ranks: int, node_size: str) -> None:
+  """20 steps on MNIST, SGD (momentum) and Adam, eager and TinyJit: 2 ranks x batch 32 (and 4 x 16) end where 1 rank x
+  batch 64 does, with bit-identical parameters on every rank: 2 ranks of this host reducing through shared memory;
+  2 ranks pretending to be 2 hosts (MINIGRAD_DIST_NODE_SIZE=1: one MPI allreduce per bucket, large gradients in their
+  own buffers); 4 ranks pretending to be 2 hosts of 2 (shared memory on each, then MPI between them)."""
+  out = tmp_path / "params"
+  status, output, _ = run_mpi(mpirun, ranks, ["tests/distributed_worker.py", "train", "--mnist-dir", str(MNIST_DIR), "--out", str(out),
+                                              "--steps", "20", "--batch", str(64 // ranks)], timeout=300,
+                              env={"MINIGRAD_DIST_NODE_SIZE": node_size})
+  assert status == 0, output[-4000:]
+  path = {"": "shared memory", "1": "MPI only", "2": "shared memory and MPI across hosts"}[node_size]
+  assert output.count(f"collectives, {path}\n") == ranks, output[-4000:]
+  saved = [np.load(f"{out}.rank{r}.npz") for r in range(ranks)]
   for optimizer_name, jit in worker.CONFIGS:
     key = f"{optimizer_name}_{'jit' if jit else 'eager'}"
-    reference = worker.train(images, labels, optimizer_name, jit, steps=20, batch=64, world_size=1, rank=0)
+    reference = one_rank_reference(optimizer_name, jit)
     Tensor.manual_seed(0)
     initial = [p.numpy() for p in get_parameters(worker.MLP())]
     for i, expected in enumerate(reference):
-      np.testing.assert_array_equal(ranks[1][f"{key}_{i}"], ranks[0][f"{key}_{i}"], err_msg=f"{key}: the ranks differ")
-      np.testing.assert_allclose(ranks[0][f"{key}_{i}"], expected, rtol=1e-4, atol=2e-6, err_msg=f"{key}: 2 ranks vs 1 rank")
+      for r in range(1, ranks):
+        np.testing.assert_array_equal(saved[r][f"{key}_{i}"], saved[0][f"{key}_{i}"], err_msg=f"{key}: ranks 0 and {r} differ")
+      np.testing.assert_allclose(saved[0][f"{key}_{i}"], expected, rtol=1e-4, atol=2e-6, err_msg=f"{key}: {ranks} ranks vs 1 rank")
       if i == 0: assert not np.allclose(expected, initial[0], atol=1e-3), f"{key}: training did not move the weights"
 
 

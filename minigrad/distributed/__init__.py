@@ -28,7 +28,8 @@ global batch would.
       for index in sampler.batches(batch_size // world.size): step(Tensor(x_train[index]), Tensor(y_train[index]))
 
 Pieces: comm.py (the World, collectives with timeouts, aborting the job when a rank fails), gradients.py (bucketed
-gradient allreduce, parameter broadcast), sampler.py (each rank's shard of an epoch).
+gradient allreduce, parameter broadcast), shared.py (the reduction among the ranks of one host through a shared-memory
+window, then across hosts over MPI), sampler.py (each rank's shard of an epoch).
 """
 from minigrad.distributed.comm import (World, Communicator, CommCounters, DistributedError, init, world,
                                        communicator, barrier, allreduce, launched_under_mpi)

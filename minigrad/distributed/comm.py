@@ -15,10 +15,18 @@ Faults
   * A rank that hangs or skips a collective: the collectives are MPI's blocking ones (its tuned algorithms; a
     nonblocking one polled from Python was slower), each watched by a thread: when one outlasts `timeout` (default
     $MINIGRAD_DIST_TIMEOUT, else 300 s) the waiting ranks print the collective, its number and (with two ranks)
-    the other rank, and abort the job. A timeout can't be caught: the rank is stuck inside MPI.
+    the other rank, and abort the job. A timeout can't be caught: the rank is stuck inside MPI. The waits of the
+    shared-memory reduction (shared.py) are bounded by the same timeout and raise DistributedError naming the
+    ranks that did not arrive (an uncaught error: the job is aborted, as above).
 
-Open MPI: init() sets OMPI_MCA_mpi_yield_when_idle=1 unless the environment says otherwise (a waiting rank yields
-its core instead of spinning; see init).
+Ranks on one host: the Communicator keeps a communicator of the ranks that share memory (`node`) and, with several
+hosts, one joining each rank to the ranks of the same local rank elsewhere (`cross`); gradients.py reduces through
+a shared-memory window over them (minigrad/distributed/shared.py) when every host runs the same number (> 1) of
+ranks. MINIGRAD_DIST_SHARED=0 turns that off (one MPI allreduce per bucket, as across hosts with one rank each);
+MINIGRAD_DIST_NODE_SIZE=k pretends every k consecutive ranks are a host (the path across hosts, tried on one).
+
+Open MPI: init() sets OMPI_MCA_mpi_yield_when_idle=1 (a waiting rank yields its core instead of spinning) and
+OMPI_MCA_osc=^ucx (see init) unless the environment says otherwise.
 
 Global state: the one `World` and `Communicator` of this process (`init()` makes them once), and `CommCounters`
 (calls, bytes and seconds spent in collectives, for benchmarks), as `GlobalCounters` counts kernels.
@@ -97,12 +105,26 @@ class Communicator:
   """A duplicate of MPI_COMM_WORLD (minigrad's messages never meet the program's own) whose collectives are MPI's
   blocking ones (its tuned algorithms, at full speed), each watched by a `Watchdog` when `timeout` is set."""
 
-  def __init__(self, comm: Any, timeout: float | None):
+  def __init__(self, comm: Any, timeout: float | None, node: Any = None):
     self.MPI = _mpi()
     self.comm, self.timeout = comm, timeout
     self.rank, self.size = comm.Get_rank(), comm.Get_size()
     self.sequence = 0   # collectives started so far: named in timeouts, the same on every rank while they agree
     self.watchdog = Watchdog(self) if timeout else None
+    # the ranks of this host (`node`) reduce through shared memory when there are several of them on every host, the
+    # same number on each (then `cross` joins this rank to the ranks of the same local rank on the other hosts)
+    self.node, self.cross, self.shared = node, None, False
+    if node is not None and self.size > 1 and os.environ.get("MINIGRAD_DIST_SHARED", "1") != "0":
+      local_sizes = comm.allgather(node.Get_size())
+      self.shared = local_sizes[0] > 1 and all(n == local_sizes[0] for n in local_sizes)
+      if self.shared and local_sizes[0] < self.size: self.cross = comm.Split(node.Get_rank(), self.rank)
+
+  def node_exchange(self, buckets: Sequence[tuple[int, Any]]) -> Any:
+    """A NodeExchange (minigrad/distributed/shared.py) for buckets of these (sizes, numpy dtypes), or None when
+    this job doesn't reduce through shared memory. Collective over the ranks of this host."""
+    if not self.shared: return None
+    from minigrad.distributed.shared import NodeExchange
+    return NodeExchange(self.MPI, self.node, self.cross, buckets, self.timeout)
 
   @contextlib.contextmanager
   def _collective(self, what: str, nbytes: int) -> Iterator[None]:
@@ -131,6 +153,11 @@ class Communicator:
       for a in arrays: self.comm.Allreduce(self.MPI.IN_PLACE, a, op=mpi_op)
       if op == "mean":
         for a in arrays: np.multiply(a, a.dtype.type(1.0 / self.size), out=a)
+
+  def shared_allreduce_(self, exchange: Any, gradients: Sequence[Sequence[tuple[int, np.ndarray]]], what: str = "allreduce") -> None:
+    """Sum-allreduce gradients through a NodeExchange (see node_exchange; pack() them first) into its result, timed
+    and watched like the other collectives."""
+    with self._collective(what, sum(r.nbytes for r in exchange.result)): exchange.allreduce(gradients, what)
 
   def broadcast_(self, arrays: Sequence[np.ndarray], root: int = 0, what: str = "broadcast") -> None:
     """Overwrite each array with root's, in place."""
@@ -219,17 +246,30 @@ def init(timeout: float | None = None, threads: int | None = None, abort_on_erro
   # Open MPI's ranks spin while they wait in a collective; yielding the core in between costs nothing on an idle
   # host and, on a busy one, leaves the core to the ranks that still compute (spinning ones slow them down)
   os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+  # the gradients' shared-memory window is Open MPI's osc/sm; without this its osc/ucx, asked first, prints an error
+  # on hosts where UCX finds no network (and the program makes no windows of its own across hosts)
+  os.environ.setdefault("OMPI_MCA_osc", "^ucx")
   MPI = _mpi()
   if timeout is None: timeout = float(os.environ.get("MINIGRAD_DIST_TIMEOUT", DEFAULT_TIMEOUT_S))
   comm = MPI.COMM_WORLD.Dup()
-  local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+  local = _node_communicator(MPI, comm)
   world = World(comm.Get_rank(), comm.Get_size(), local.Get_rank(), local.Get_size(), True, socket.gethostname())
-  local.Free()
   _set_threads(world, threads)
-  _communicator = Communicator(comm, timeout if timeout and timeout > 0 else None)
+  _communicator = Communicator(comm, timeout if timeout and timeout > 0 else None, node=local)
   _world = world
   if abort_on_error and world.size > 1: _install_abort_hooks()
   return world
+
+
+def _node_communicator(MPI: Any, comm: Any) -> Any:
+  """The ranks of `comm` that share memory with this one (MPI_COMM_TYPE_SHARED: this host). MINIGRAD_DIST_NODE_SIZE=k
+  pretends that every k consecutive ranks are a host of their own (to try the path across hosts on one)."""
+  local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+  if (k := os.environ.get("MINIGRAD_DIST_NODE_SIZE", "")) in ("", "0"): return local
+  if not k.isdigit(): raise ValueError(f"MINIGRAD_DIST_NODE_SIZE must be a number of ranks, got {k!r}")
+  pretend = local.Split(comm.Get_rank() // int(k), comm.Get_rank())
+  local.Free()
+  return pretend
 
 
 def _set_threads(world: World, threads: int | None) -> None:

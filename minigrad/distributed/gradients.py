@@ -14,13 +14,21 @@ How an allreduce runs
     its bucket and runs one MPI sum-allreduce per bucket (MPI_IN_PLACE, watched by the Communicator's timeout). On CPU
     and LLVM the buffers are read and reduced in minigrad's own memory (numpy views of the buffer addresses): the only
     copy is the packing of the small gradients; on other devices the buckets go through host memory.
+  * Ranks on one host (CPU and LLVM, every host running the same number of ranks; see Communicator.node_exchange)
+    reduce through a shared-memory window instead (minigrad/distributed/shared.py), one per gradient layout: each
+    rank copies the parts of its gradients the others will sum into its segment, sums its own chunk of every bucket
+    into the shared result, and (across hosts) allreduces that chunk over MPI. No gradient is reduced in its own
+    buffer then: the buckets are the shared result, which every rank's optimizer reads. Eager calls copy the result
+    into buckets of their own; under TinyJit the buckets are the result itself (see below).
   * Each `.grad` becomes a view (shrink + reshape) of its bucket, times 1/world size for "mean": movement ops are
     free and the scaling fuses into the optimizer's kernels, which read the reduced values straight from the buckets.
 
 TinyJit: the host launch goes through realize.launch and is recorded like a kernel (realize.launch_recorder), so
 a captured training step (forward, backward, allreduce_gradients, optimizer.step) replays the allreduce at the same
 place each call, on that call's buffers. Its launch object is the same for the same gradient layout (kept in
-`_launches`, a documented cache), as a captured kernel's must be. On CPU and LLVM the replay stays one call into
+`_launches`, a documented cache), as a captured kernel's must be. Through shared memory its buckets are Buffers over
+the window's result, made with the launch and not declared as its outputs: to TinyJit they are constants that the
+captured optimizer kernels read in place (the recording after the one that made them agrees with the next). On CPU and LLVM the replay stays one call into
 the thread pool: the launch is a ctypes callback with a kernel's entry signature (see AllreduceLaunch).
 
 All ranks must call these functions in the same order, with gradients for the same parameters: the first allreduce
@@ -131,16 +139,28 @@ class AllreduceLaunch(CompiledKernel):
   still runs as one call into the pool, which calls back into Python (taking the GIL) for the allreduce between the
   backward and the optimizer kernels. An error there can't travel back through C: it is printed, naming the rank,
   and the job is aborted, as an uncaught error is (the replay must not go on with unreduced gradients)."""
-  def __init__(self, layout: Layout, buckets: list[list[int]], op: str, comm: Communicator, in_place: Sequence[bool] = ()):
+  def __init__(self, layout: Layout, buckets: list[list[int]], op: str, comm: Communicator, in_place: Sequence[bool] = (),
+               shared: bool = False):
     self.layout, self.buckets, self.op, self.comm = layout, buckets, op, comm
     self.in_place = [k < len(in_place) and bool(in_place[k]) for k in range(len(buckets))]
     self.sizes = [int(np.prod(shape, dtype=np.int64)) for shape, _, _ in layout]
     self.bucket_sizes = [sum(self.sizes[i] for i in members) for members in buckets]
     self.bucket_dtypes = [layout[members[0]][1] for members in buckets]
+    self.member_offsets = [np.cumsum([0] + [self.sizes[i] for i in members[:-1]]).tolist() for members in buckets]
+    # through shared memory: the reduced buckets are the exchange's result, which TinyJit sees as constant buffers
+    # (made before the captured calls, never declared written), so a replay's optimizer kernels read them where they are
+    self.exchange = comm.node_exchange([(n, to_numpy(d)) for n, d in zip(self.bucket_sizes, self.bucket_dtypes)]) if shared else None
+    self.shared_nodes: list[UOp] = []
+    if self.exchange is not None:
+      for k, (size, dtype) in enumerate(zip(self.bucket_sizes, self.bucket_dtypes)):
+        node = UOp.new_buffer(layout[buckets[k][0]][2], size, dtype)
+        realize.buffers[node] = Buffer.of_host_array(node.device, self.exchange.result[k], dtype)
+        self.shared_nodes.append(node)
     # an AST of its own for this layout (UOps are hash-consed: the same layout gives the same node); its sources
-    # count the outputs, the buckets, which is all TinyJit reads from it
-    outputs = tuple(UOp(Ops.CONST, dtype, (), 0.0 if dtypes.is_float(dtype) else 0) for dtype in self.bucket_dtypes)
-    ast = UOp(Ops.SINK, dtypes.void, outputs, ("mpi_allreduce", op, id(comm), layout, tuple(map(tuple, buckets)), tuple(self.in_place)))
+    # count the outputs, the buckets (none through shared memory, see above), which is all TinyJit reads from it
+    outputs = () if self.exchange is not None else \
+      tuple(UOp(Ops.CONST, dtype, (), 0.0 if dtypes.is_float(dtype) else 0) for dtype in self.bucket_dtypes)
+    ast = UOp(Ops.SINK, dtypes.void, outputs, ("mpi_allreduce", op, id(comm), layout, tuple(map(tuple, buckets)), tuple(self.in_place), shared))
     name = f"mpi_allreduce_{op}_{len(buckets)}b_{sum(self.bucket_sizes)}"
     self.what = f"allreduce of {len(layout)} gradients in {len(buckets)} bucket{'s' if len(buckets) > 1 else ''}"
     self._entry: Any = None
@@ -149,18 +169,33 @@ class AllreduceLaunch(CompiledKernel):
                      buffer_args=list(range(len(buckets) + len(layout))))
 
   def _reduce(self, buckets: list[np.ndarray], grads: list[np.ndarray | Buffer]) -> None:
-    """Pack the gradients (numpy views, or Buffers to copy out) into the buckets, then allreduce the buckets."""
+    """Pack the gradients (numpy views, or Buffers to copy out) into the buckets, then allreduce the buckets.
+    Through shared memory: pack them into this rank's input segment, reduce into the shared result, and copy that
+    into the buckets given unless they are the result itself (TinyJit's) - eager steps get buckets of their own, so
+    that a lazy graph reading a .grad never sees a later step's values."""
     start = time.perf_counter()
-    for flat, members, in_place in zip(buckets, self.buckets, self.in_place):
+    if self.exchange is not None:
+      members = [[(offset, grads[i]) for i, offset in zip(m, offsets)] for m, offsets in zip(self.buckets, self.member_offsets)]
+      self.exchange.pack(members)
+      CommCounters.pack_seconds += time.perf_counter() - start
+      CommCounters.seconds += time.perf_counter() - start
+      self.comm.shared_allreduce_(self.exchange, members, self.what)
+      for flat, result in zip(buckets, self.exchange.result):
+        if flat.__array_interface__["data"][0] != result.__array_interface__["data"][0]: flat[:] = result
+      return
+    self._pack(buckets, grads, self.in_place)
+    packed = time.perf_counter()
+    CommCounters.seconds += packed - start
+    CommCounters.pack_seconds += packed - start
+    self.comm.allreduce_(buckets, "sum", self.what)   # a mean's 1/size is applied lazily to the gradient views
+
+  def _pack(self, buckets: list[np.ndarray], grads: list[np.ndarray | Buffer], in_place: list[bool]) -> None:
+    for flat, members, in_place in zip(buckets, self.buckets, in_place):
       if in_place: continue   # the gradient's own buffer
       offset = 0
       for i in members:
         flat[offset:offset + self.sizes[i]] = grads[i] if isinstance(grads[i], np.ndarray) else grads[i].numpy()   # type: ignore[union-attr]
         offset += self.sizes[i]
-    packed = time.perf_counter()
-    CommCounters.seconds += packed - start
-    CommCounters.pack_seconds += packed - start
-    self.comm.allreduce_(buckets, "sum", self.what)   # a mean's 1/size is applied lazily to the gradient views
 
   def __call__(self, buffers: list[Buffer], wait: bool = False, var_vals: dict[str, int] | None = None) -> float | None:
     start = time.perf_counter()
@@ -250,16 +285,21 @@ def allreduce_gradients(params: Iterable[Tensor], op: str = "mean", bucket_mb: f
   fresh = [p.grad.uop.base.op is not Ops.BUFFER or _plain_buffer(p.grad) is None for p in params]   # type: ignore[union-attr]
   grads = realized_buffers([p.grad for p in params], realize_with)   # type: ignore[misc]
   layout: Layout = tuple((p.shape, node.dtype, node.device) for p, node in zip(params, grads))
-  alone = tuple(f and node.size * node.dtype.itemsize >= IN_PLACE_BYTES and grads.count(node) == 1 for f, node in zip(fresh, grads))
-  key = (layout, op, int(bucket_mb * 2**20), id(comm), alone)
+  # through shared memory every gradient is copied into the window; else large fresh ones are reduced where they are
+  shared = getattr(comm, "shared", False) and all(isinstance(Device[device].allocator, CPUAllocator) for _, _, device in layout)
+  alone = tuple(not shared and f and node.size * node.dtype.itemsize >= IN_PLACE_BYTES and grads.count(node) == 1
+                for f, node in zip(fresh, grads))
+  key = (layout, op, int(bucket_mb * 2**20), id(comm), alone, shared)
   if (launch := _launches.get(key)) is None:
     if (layout, op, id(comm), alone) not in _agreed:   # the ranks must make the same MPI calls: the same buckets
       _check_same_layout(comm, layout, op, "allreduce_gradients", alone)
       _agreed.add((layout, op, id(comm), alone))
     buckets = plan_buckets(layout, key[2], alone)
-    launch = _launches[key] = AllreduceLaunch(layout, buckets, op, comm, [len(m) == 1 and alone[m[0]] for m in buckets])
-  bucket_nodes = [grads[m[0]] if in_place else UOp.new_buffer(layout[m[0]][2], size, layout[m[0]][1])
-                  for m, size, in_place in zip(launch.buckets, launch.bucket_sizes, launch.in_place)]
+    launch = _launches[key] = AllreduceLaunch(layout, buckets, op, comm, [len(m) == 1 and alone[m[0]] for m in buckets], shared)
+  if launch.shared_nodes and realize.launch_recorder is not None: bucket_nodes = list(launch.shared_nodes)
+  else:
+    bucket_nodes = [grads[m[0]] if in_place else UOp.new_buffer(layout[m[0]][2], size, layout[m[0]][1])
+                    for m, size, in_place in zip(launch.buckets, launch.bucket_sizes, launch.in_place)]
   nodes = tuple(bucket_nodes) + tuple(grads)
   buffers = [buffer_of(node).allocate() for node in nodes]
   if realize.launch_recorder is not None: realize.launch_recorder.append((launch, nodes, buffers))
