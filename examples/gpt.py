@@ -24,12 +24,13 @@ and without the file, one line says so and the model trains on a short sample of
 
 Generation (`--generate N`): each block keeps a preallocated key/value cache of --context positions. The prompt,
 padded to --context, is processed in one pass that fills the caches; then one token per step. A step gets its position
-as a 1-element int tensor, writes the new key and value at that row of the cache (a `where` over the cache, assigned
-back) and attends to the cache rows [0, position] through a symbolic length: `cache[:, :, :end]` with `end`, a
-`Variable("end", 1, context)` bound to position + 1 (symbolic shapes), so the attention kernels loop only that far
-and one compiled kernel serves every position (`Generator(model, symbolic=False)` masks the whole cache instead, the
-position as data only); the prefill gets the prompt's length as a tensor. Both run under TinyJit (the decode step
-replays its kernels with the new value of `end`), so after the first tokens no kernel is compiled any more (DEBUG>=1
+as a bound `Variable("pos", 0, context - 1)` (symbolic shapes): it writes the new key and value into the cache row
+with `cache[:, :, pos:pos+1] = k` (setitem of a window at a symbolic start: one kernel per cache, `pos` its argument;
+tensors don't alias, so the kernel writes the cache's next buffer with that row replaced) and attends to the rows
+`cache[:, :, :pos+1]` (a symbolic length), so the attention kernels loop only that far and one compiled kernel set
+serves every position (`Generator(model, symbolic=False)` rewrites the cache with a `where` over a position tensor and
+masks all of it instead); the prefill gets the prompt's length as a tensor. Both run under TinyJit (the decode step
+replays its kernels with the new value of `pos`), so after the first tokens no kernel is compiled any more (DEBUG>=1
 prints the count of compiled kernels after each token). When the cache is full, the last half of the context is
 processed again as a new prompt (the position embeddings only go up to --context).
 Sampling is seeded (--seed) and happens on the host, with --temperature and --top-k.
@@ -221,12 +222,14 @@ class Block:
     cache.values.assign(write_row.where(v, cache.values))
     return self._finish(x, q.scaled_dot_product_attention(cache.keys, cache.values, attn_mask=visible))
 
-  def decode_upto(self, x: Tensor, cache: KVCache, write_row: Tensor, end: Variable) -> Tensor:
-    """decode, attending to the cache rows [0, end) only: `end` is a bound Variable (a symbolic length), so the
-    attention's kernels loop to it and one compiled kernel serves every position, with no mask."""
+  def decode_at(self, x: Tensor, cache: KVCache, position: Variable) -> Tensor:
+    """decode at `position`, a bound Variable: the new key and value go into the cache row `position` (a window at a
+    symbolic start), and attention reads the rows [0, position] only (a symbolic length), so one compiled kernel set
+    serves every position, with no mask."""
     q, k, v = self._qkv(x)
-    cache.keys.assign(write_row.where(k, cache.keys))
-    cache.values.assign(write_row.where(v, cache.values))
+    cache.keys[:, :, position:position + 1] = k
+    cache.values[:, :, position:position + 1] = v
+    end = position + 1
     return self._finish(x, q.scaled_dot_product_attention(cache.keys[:, :, :end], cache.values[:, :, :end]))
 
 
@@ -286,26 +289,26 @@ class GPT:
     for block, cache in zip(self.blocks, caches): x = block.decode(x, cache, write_row, visible)
     return self._logits(x).reshape(token.shape[0], -1)
 
-  def decode_upto(self, token: Tensor, position: Tensor, end: Variable, caches: list[KVCache]) -> Tensor:
-    """decode with a symbolic length: `end` (a Variable bound to position + 1) is how many cache rows attention reads."""
-    write_row = Tensor.arange(self.config.context).eq(position).reshape(-1, 1)
-    x = self.token_embedding(token) + self.position_embedding(position.reshape(1, 1))
-    for block, cache in zip(self.blocks, caches): x = block.decode_upto(x, cache, write_row, end)
+  def decode_at(self, token: Tensor, position: Variable, caches: list[KVCache]) -> Tensor:
+    """decode with the position as a bound Variable (symbolic shapes): the position embedding is the row
+    `position` of its table, each block writes its cache row there and attends to the rows up to it."""
+    x = self.token_embedding(token) + self.position_embedding.weight[position:position + 1]
+    for block, cache in zip(self.blocks, caches): x = block.decode_at(x, cache, position)
     return self._logits(x).reshape(token.shape[0], -1)
 
 
 class Generator:
   """Samples from a GPT, batch 1: the prompt in one pass, then one token per step against the KV-caches. Both run
   under TinyJit with fixed shapes (the prompt padded to the context, positions as data), so after the first few
-  tokens they only replay kernels. With `symbolic`, a decode step attends to the cache rows up to its position
-  through a Variable (symbolic shapes: the same kernels for every position, which loop only that far) instead of
-  masking the whole cache."""
+  tokens they only replay kernels. With `symbolic`, a decode step gets its position as a Variable (symbolic shapes:
+  the same kernels for every position): it writes the cache row at that position and attends to the rows up to it,
+  instead of rewriting the cache with a mask and attending to all of it."""
   def __init__(self, model: GPT, symbolic: bool = False):
     self.model, self.caches, self.symbolic = model, model.new_caches(1), symbolic
-    # rows of the cache a symbolic decode step reads (made only when used: the first Variable turns symbolic checks on)
-    self.end = Variable("end", 1, model.config.context) if symbolic else None
+    # the position of a symbolic decode step (made only when used: the first Variable turns symbolic checks on)
+    self.position = Variable("pos", 0, model.config.context - 1) if symbolic else None
     self.prefill_step = TinyJit(lambda tokens, length: model.prefill(tokens, length, self.caches).realize())
-    if symbolic: self.decode_step = TinyJit(lambda token, position, end: model.decode_upto(token, position, end, self.caches).realize())
+    if symbolic: self.decode_step = TinyJit(lambda token, position: model.decode_at(token, position, self.caches).realize())
     else: self.decode_step = TinyJit(lambda token, position: model.decode(token, position, self.caches).realize())
     self.kernel_counts: list[int] = []   # len(compiled_kernels) after each generated token
     self.token_times: list[float] = []   # time.perf_counter() when each token was sampled
@@ -320,9 +323,9 @@ class Generator:
 
   def decode(self, token: int, position: int) -> np.ndarray:
     """Process `token` at `position` (the caches hold the tokens before it); its logits (vocab,)."""
-    token_t, position_t = Tensor(np.array([[token]], np.int32)), Tensor(np.array([position], np.int32))
-    if self.symbolic: return self.decode_step(token_t, position_t, self.end.bind(position + 1)).numpy()[0]
-    return self.decode_step(token_t, position_t).numpy()[0]
+    token_t = Tensor(np.array([[token]], np.int32))
+    if self.symbolic: return self.decode_step(token_t, self.position.bind(position)).numpy()[0]
+    return self.decode_step(token_t, Tensor(np.array([position], np.int32))).numpy()[0]
 
   def logits_for(self, tokens: Sequence[int], prompt_length: int = 1) -> list[np.ndarray]:
     """The logits after each token from the prompt's last on: the prompt in one prefill, the rest one decode step

@@ -23,14 +23,15 @@ def tiny_model(seed: int = 0, **changes: int) -> gpt.GPT:
   return gpt.GPT(gpt.GPTConfig(**{**TINY, **changes}), seed=seed)
 
 
+@pytest.mark.parametrize("symbolic", [False, True], ids=["masked", "symbolic"])
 @pytest.mark.parametrize("prompt_length", [1, 3])
-def test_kv_cache_logits_equal_the_plain_forward(prompt_length: int) -> None:
+def test_kv_cache_logits_equal_the_plain_forward(prompt_length: int, symbolic: bool) -> None:
   """The prompt in one prefill, then one decode step per token: the logits after each token are the no-cache
-  forward's at that position."""
+  forward's at that position (symbolic: the cache row written at a Variable position, attention up to it)."""
   model = tiny_model()
   tokens = np.random.default_rng(1).integers(0, TINY["vocab_size"], TINY["context"]).astype(np.int32)
   expected = model(Tensor(tokens[None])).numpy()[0]
-  got = gpt.Generator(model).logits_for(list(tokens), prompt_length)
+  got = gpt.Generator(model, symbolic=symbolic).logits_for(list(tokens), prompt_length)
   np.testing.assert_allclose(np.stack(got), expected[prompt_length - 1:], rtol=1e-4, atol=1e-5)
 
 
@@ -144,10 +145,11 @@ def test_top_k_and_temperature() -> None:
   assert {gpt.sample(logits, 1.0, 2, rng) for _ in range(200)} == {1, 3}
 
 
-def test_generation_compiles_no_kernels_after_warm_up() -> None:
-  """Positions are data and the prompt is padded to the context: after the first two tokens (prefill, the decode
-  step's first two recordings), no token compiles a kernel, across cache refills too."""
-  generator = gpt.Generator(tiny_model(seed=5))
+@pytest.mark.parametrize("symbolic", [False, True], ids=["masked", "symbolic"])
+def test_generation_compiles_no_kernels_after_warm_up(symbolic: bool) -> None:
+  """Positions are data (or a Variable) and the prompt is padded to the context: after the first two tokens (prefill,
+  the decode step's first two recordings), no token compiles a kernel, across cache refills too."""
+  generator = gpt.Generator(tiny_model(seed=5), symbolic=symbolic)
   generator.generate([4], 3 * TINY["context"], temperature=1.0, seed=0)
   counts = generator.kernel_counts
   assert counts[2:] == [counts[2]] * (len(counts) - 2), counts

@@ -261,7 +261,7 @@ class Kernel:
       return None
     shape = last.shape[:axis] + (padded,) + last.shape[axis + 1:]
     mask = None if last.mask is None else last.mask[:axis] + ((0, padded),) + last.mask[axis + 1:]
-    return ShapeTracker(st.views[:-1] + (View.create(shape, last.strides, last.offset, mask),))
+    return st.with_views(st.views[:-1] + (View.create(shape, last.strides, last.offset, mask),))
 
   # ---- naming ----
   @property

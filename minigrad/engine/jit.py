@@ -418,7 +418,7 @@ class CapturedCall:
       elif result[0] == "input": leaves.append(inputs[result[1]])
       else:
         _, slot, view, dtype = result
-        if view is not None and view.extents is not None: view = view.rebind(var_vals)   # this call's lengths
+        if view is not None and view.symbolic: view = view.rebind(var_vals)   # this call's lengths
         if slot in generations: leaves.append(Tensor(generations[slot].view(dtype, view)))
         else: leaves.append(Tensor(node_of(slot) if view is None else UOp(Ops.VIEW, dtype, (node_of(slot),), view)))
     return _unflatten(self.structure, iter(leaves))

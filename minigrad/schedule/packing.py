@@ -68,7 +68,7 @@ def pack_operands(items: list, make_item) -> list:
 def _has_symbolic_dims(ast: UOp) -> bool:
   """A kernel with variable-length loops (symbolic shapes) keeps its operands as they are: a packed copy is laid
   out for fixed sizes."""
-  return any(n.op is Ops.VIEW and n.arg.extents is not None for n in ast.toposort)
+  return any(n.op is Ops.VIEW and n.arg.symbolic for n in ast.toposort)
 
 
 def _reduce_loads(ast: UOp) -> list[UOp]:

@@ -79,7 +79,7 @@ class Structure:
 def _unbound(arg: Any) -> Any:
   """A symbolic VIEW's ShapeTracker over unbound Variables (minigrad/uop/variable.py): graphs that differ only in the
   values their Variables are bound to share a structure; the scheduler rebinds a replay's views to this call's."""
-  return arg.unbind() if getattr(arg, "extents", None) is not None else arg
+  return arg.unbind() if getattr(arg, "symbolic", False) else arg
 
 
 class _Key:

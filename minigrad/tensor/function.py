@@ -12,7 +12,7 @@ import operator
 from minigrad.dtype import DType
 from minigrad.uop.ops import UOp, Ops, toposort
 from minigrad.uop.shapetracker import ShapeTracker
-from minigrad.uop.variable import state as variables, extents_of, symbolic_shape
+from minigrad.uop.variable import state as variables, extents_of, symbolic_shape, user_shape, from_uop
 from minigrad import viz
 from minigrad.viz import source
 if TYPE_CHECKING: from minigrad.tensor.tensor import Tensor
@@ -158,7 +158,7 @@ class Where(Function):
 # ---- reduce ----
 class Sum(Function):
   def forward(self, x: UOp, axes: tuple[int, ...]) -> UOp:
-    self.input_shape = x.shape
+    self.input_shape = user_shape(x) if variables["in_use"] else x.shape   # Variables: the gradient has them too
     return UOp(Ops.REDUCE_AXIS, x.dtype, (x,), (Ops.ADD, axes))
   def backward(self, grad: Tensor) -> Tensor: return grad.expand(self.input_shape)
 
@@ -177,7 +177,7 @@ class Max(Function):
 # ---- movement ----
 class Reshape(Function):
   def forward(self, x: UOp, shape: tuple[int, ...]) -> UOp:
-    self.input_shape = x.shape
+    self.input_shape = user_shape(x) if variables["in_use"] else x.shape
     return view_uop(x, lambda st: st.reshape(shape))
   def backward(self, grad: Tensor) -> Tensor: return grad.reshape(self.input_shape)
 
@@ -198,15 +198,22 @@ class Expand(Function):
 
 class Pad(Function):
   def forward(self, x: UOp, padding: tuple[tuple[int, int], ...]) -> UOp:
-    self.region = tuple((before, before + s) for (before, _), s in zip(padding, x.shape))
+    self.region = tuple((before, before + s) for (before, _), s in zip(padding, user_shape(x) if variables["in_use"] else x.shape))
     return view_uop(x, lambda st: st.pad(padding))
   def backward(self, grad: Tensor) -> Tensor: return grad.shrink(self.region)
 
 class Shrink(Function):
   def forward(self, x: UOp, bounds: tuple[tuple[int, int], ...]) -> UOp:
     self.padding = tuple((start, s - end) for (start, end), s in zip(bounds, x.shape))
+    # symbolic bounds (Variables): the gradient goes back into the region through a mask (symbolic_shapes.unshrink)
+    self.symbolic = variables["in_use"] and any(isinstance(b, UOp) for pair in bounds for b in pair)
+    if self.symbolic: self.bounds, self.input_shape = tuple(tuple(from_uop(b) for b in pair) for pair in bounds), user_shape(x)
     return view_uop(x, lambda st: st.shrink(bounds))
-  def backward(self, grad: Tensor) -> Tensor: return grad.pad(self.padding)
+  def backward(self, grad: Tensor) -> Tensor:
+    if self.symbolic:
+      from minigrad.tensor.symbolic_shapes import unshrink
+      return unshrink(grad, self.bounds, self.input_shape)
+    return grad.pad(self.padding)
 
 class Flip(Function):
   def forward(self, x: UOp, axes: tuple[int, ...]) -> UOp:

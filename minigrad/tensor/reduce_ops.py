@@ -15,6 +15,7 @@ import minigrad.tensor.function as F
 from minigrad.dtype import DType, dtypes, to_dtype
 from minigrad.helpers import prod
 from minigrad.tensor.math_ops import normalize_axis
+import minigrad.tensor.symbolic_shapes as S
 if TYPE_CHECKING: from minigrad.tensor.tensor import Tensor
 
 Axis = int | Sequence[int] | None
@@ -120,6 +121,7 @@ class ReduceMixin:
     if not dtypes.is_float(self.dtype):
       raise RuntimeError(f"std and var only support floating point dtypes, got {self.dtype} (shape {self.shape})")
     axes = self._axes(axis)
+    if S.is_symbolic(self): return S.var(self, axes, keepdim, correction)   # a Variable count: summed in a kernel
     count = prod(self.shape[a] for a in axes)
     squares = (self - self.mean(axes, keepdim=True)).square().sum(axes, keepdim)
     return squares / max(0, count - correction)
@@ -139,6 +141,7 @@ class ReduceMixin:
     """Index (int64) of the first maximum along `axis`, or in the flattened tensor when axis is None. NaN counts
     as larger than everything (as in torch). tinygrad returns int32 here; minigrad keeps torch's int64."""
     if self.dtype == dtypes.bool: raise RuntimeError("argmax(): does not support bool input")
+    if S.is_symbolic(self): return S.argmax(self, axis, keepdim)   # a variable-length dim
     if axis is None:
       if self.numel() == 0: raise IndexError(f"argmax(): Expected reduction dim to be specified for input.numel() == 0 (shape {self.shape})")
       flat = self.reshape(-1).argmax(0)

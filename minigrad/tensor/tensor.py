@@ -394,6 +394,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
   def __setitem__(self, index: Any, value: Any) -> None:
     """`t[index] = value` rebinds t to a new lazy value (tensors don't alias: a view taken earlier keeps the old
     values, and assigning into the result of basic indexing, `t[0][1] = v`, raises). See minigrad.tensor.indexing."""
+    if _variables["in_use"] and S.involved(index): return S.setitem(self, index, value)   # a window at a Variable position
     from minigrad.tensor.indexing import setitem
     setitem(self, index, value)
 

@@ -21,7 +21,7 @@ from minigrad.helpers import cached_hash, prod
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.rewrite import graph_rewrite
 from minigrad.uop.symbolic import symbolic, split_terms
-from minigrad.uop.symbolic_view import has_symbolic, move_extents, to_ir
+from minigrad.uop.symbolic_view import has_symbolic, move_extents, split_starts, to_ir
 from minigrad.uop.variable import unbind, bound_values, rebind
 
 Mask = tuple[tuple[int, int], ...]
@@ -375,12 +375,15 @@ def merge_views(first: View, second: View) -> View | None:
 class ShapeTracker:
   """A stack of views: views[0] addresses the buffer, views[-1] gives the visible shape. `extents`: per visible dim
   the size expression of a variable-length dim (its integer size in `shape` is the largest value), else None; None
-  when no dim is symbolic (see minigrad.uop.variable)."""
+  when no dim is symbolic (see minigrad.uop.variable). `offset`: a size expression added to every buffer index (a
+  window at a symbolic position, `x[:, pos:pos+1]`: the views describe the window at position 0), else None."""
   views: tuple[View, ...]
   extents: tuple[UOp | None, ...] | None = None
+  offset: UOp | None = None
 
-  def __repr__(self) -> str:   # the extents only when a dim is symbolic: most printed graphs have none
-    return f"ShapeTracker(views={self.views!r})" if self.extents is None else f"ShapeTracker(views={self.views!r}, extents={self.extents!r})"
+  def __repr__(self) -> str:   # the symbolic parts only when there are some: most printed graphs have none
+    extra = ("" if self.extents is None else f", extents={self.extents!r}") + ("" if self.offset is None else f", offset={self.offset!r}")
+    return f"ShapeTracker(views={self.views!r}{extra})"
 
   @staticmethod
   def from_shape(shape: Sequence[int | UOp]) -> ShapeTracker:
@@ -395,23 +398,32 @@ class ShapeTracker:
   def with_extents(self, extents: tuple[UOp | None, ...] | None) -> ShapeTracker:
     """This tracker's views with other extents (none at all when every dim is fixed)."""
     if extents is not None and all(e is None for e in extents): extents = None
-    return self if extents == self.extents else ShapeTracker(self.views, extents)
+    return self if extents == self.extents else ShapeTracker(self.views, extents, self.offset)
+  def with_views(self, views: tuple[View, ...]) -> ShapeTracker:
+    """Other views with this tracker's symbolic parts (for callers that rebuild the views of a kernel's tracker)."""
+    return ShapeTracker(views, self.extents, self.offset)
+  @property
+  def symbolic(self) -> bool:
+    """Does the tracker hold a size expression (a variable-length dim or a symbolic offset)?"""
+    return self.extents is not None or self.offset is not None
   @property
   def symbolic_shape(self) -> tuple[int | UOp, ...]:
     """The shape with each variable-length dim as its size expression."""
     if self.extents is None: return self.shape
     return tuple(s if e is None else e for s, e in zip(self.shape, self.extents))
   def unbind(self) -> ShapeTracker:
-    """The tracker with its extents over DEFINE_VARs only (what kernel ASTs hold: the same for every value)."""
-    if self.extents is None: return self
-    return self.with_extents(tuple(None if e is None else unbind(e) for e in self.extents))
+    """The tracker with its size expressions over DEFINE_VARs only (what kernel ASTs hold: the same for every value)."""
+    if not self.symbolic: return self
+    extents = None if self.extents is None else tuple(None if e is None else unbind(e) for e in self.extents)
+    return ShapeTracker(self.views, extents, None if self.offset is None else unbind(self.offset))
   def rebind(self, values: dict[str, int]) -> ShapeTracker:
     """The tracker with the Variables named in `values` bound to those values instead."""
-    if self.extents is None: return self
-    return self.with_extents(tuple(None if e is None else rebind(e, values) for e in self.extents))
+    if not self.symbolic: return self
+    extents = None if self.extents is None else tuple(None if e is None else rebind(e, values) for e in self.extents)
+    return ShapeTracker(self.views, extents, None if self.offset is None else rebind(self.offset, values))
   def bound_values(self, into: dict[str, int]) -> None:
-    """Add the values the extents are bound to (name -> value) to `into`."""
-    for e in self.extents or ():
+    """Add the values the size expressions are bound to (name -> value) to `into`."""
+    for e in (self.extents or ()) + (self.offset,):
       if e is not None: bound_values(e, into)
 
   @property
@@ -419,8 +431,8 @@ class ShapeTracker:
   @property
   def size(self) -> int: return self.views[-1].size()
   @property
-  def contiguous(self) -> bool:   # a symbolic view shows a prefix of its buffer, never all of it
-    return len(self.views) == 1 and self.views[0].contiguous and self.extents is None
+  def contiguous(self) -> bool:   # a symbolic view shows a prefix or a window of its buffer, never all of it
+    return len(self.views) == 1 and self.views[0].contiguous and self.extents is None and self.offset is None
 
   def _with_last(self, view: View) -> ShapeTracker:
     tracker = ShapeTracker(self.views[:-1] + (view,))
@@ -435,12 +447,33 @@ class ShapeTracker:
   def flip(self, axes: Sequence[int]) -> ShapeTracker: return _moved(self, "flip", tuple(axes))
 
   def _move(self, how: str, arg: tuple) -> ShapeTracker:
+    if self.offset is not None:   # a constant added to every buffer index commutes with every movement
+      moved = ShapeTracker(self.views, self.extents)._move(how, arg)
+      return ShapeTracker(moved.views, moved.extents, self.offset if moved.offset is None else (self.offset + moved.offset).simplify())
+    if how == "shrink" and has_symbolic(arg) and any(isinstance(to_ir(start), UOp) for start, _ in arg):
+      return self._shrink_at(arg)
     if self.extents is not None or has_symbolic(arg):   # the integer part moves as usual; the extents follow
       int_arg, extents = move_extents(self.shape, self.extents, how, arg)
       return ShapeTracker(self.views)._move(how, int_arg).with_extents(extents)
     if how == "reshape" and (reshaped := self.views[-1].reshape(arg)) is None:
       return ShapeTracker(self.views + (View.create(arg),)).simplify()
     return self._with_last(reshaped if how == "reshape" else getattr(self.views[-1], how)(arg))
+
+  def _shrink_at(self, bounds: tuple) -> ShapeTracker:
+    """A shrink with symbolic starts: the window at position 0, moved by start * stride in buffer elements."""
+    int_starts, starts = split_starts(self.shape, self.extents, bounds)
+    if not starts: return self._move("shrink", int_starts)
+    strides = ShapeTracker(self.views).real_strides()
+    offset = None
+    for d, start in starts.items():
+      if strides[d] is None:
+        raise ValueError(f"shrink: dim {d} of {self} isn't addressed by one stride (a padded, masked or reshaped layout); "
+                         f"a window at a symbolic start needs that (make the tensor contiguous first)")
+      if strides[d] == 0: continue
+      term = start * strides[d]
+      offset = term if offset is None else offset + term
+    moved = self._move("shrink", int_starts)
+    return ShapeTracker(moved.views, moved.extents, None if offset is None else offset.simplify())
 
   def __add__(self, other: ShapeTracker) -> ShapeTracker:
     """Composition: `other` indexes a contiguous array of self.shape; the result maps other.shape to self's base."""
@@ -452,8 +485,17 @@ class ShapeTracker:
     if reach is not None and not (0 <= reach[0] and reach[1] < self.size):
       raise ValueError(f"can't compose: {other} reads elements {reach[0]}..{reach[1]}, outside the {self.size} "
                        f"elements of shape {self.shape}")
-    # the result shows other's dims: other's extents (self's describe the array other reads, laid out at full size)
-    return ShapeTracker(self.views + other.views).simplify().with_extents(other.extents)
+    # the result shows other's dims: other's extents (self's describe the array other reads, laid out at full size).
+    # Offsets are unbound: the composition is what a kernel reads (the scheduler's); its values travel beside it.
+    offset = None if self.offset is None else unbind(self.offset)
+    if other.offset is not None:   # a flat offset into self's shape is one into the buffer only when self is the buffer
+      if len(self.views) != 1 or not self.views[0].contiguous:
+        raise ValueError(f"can't compose: {other} has a symbolic offset and {self} is not a plain buffer")
+      offset = unbind(other.offset) if offset is None else (offset + unbind(other.offset)).simplify()
+    return ShapeTracker(self.views + other.views).simplify().with_extents(other.extents).with_offset(offset)
+
+  def with_offset(self, offset: UOp | None) -> ShapeTracker:
+    return self if offset is self.offset else ShapeTracker(self.views, self.extents, offset)
 
   def simplify(self) -> ShapeTracker:
     """Merge adjacent views while some pair is expressible as one view."""
@@ -467,7 +509,7 @@ class ShapeTracker:
           views[i:i + 2] = [merged]
           merged_any = True
           break
-    return self if len(views) == len(self.views) else ShapeTracker(tuple(views), self.extents)
+    return self if len(views) == len(self.views) else ShapeTracker(tuple(views), self.extents, self.offset)
 
   # ---- lowering to index math ----
   def to_indexed_uops(self, idxs: Sequence[UOp] | None = None) -> tuple[UOp, UOp]:
@@ -480,6 +522,7 @@ class ShapeTracker:
       flat = graph_rewrite(index, symbolic)
       index, view_valid = view.to_indexed_uops(_unravel_uops(flat, view.shape))
       valid = _and(valid, view_valid)
+    if self.offset is not None: index = index + unbind(self.offset).cast(index.dtype) if self.offset.dtype != index.dtype else index + unbind(self.offset)
     return graph_rewrite(index, symbolic), graph_rewrite(valid, symbolic)
 
   # ---- questions the optimizer asks ----
@@ -510,7 +553,7 @@ class ShapeTracker:
     """How many buffer elements are needed: 1 + the largest index views[0] can read (0 if nothing is valid)."""
     if any(view.all_invalid() for view in self.views): return 0
     reach = self.views[0].valid_index_range()
-    return 0 if reach is None else reach[1] + 1
+    return 0 if reach is None else reach[1] + 1 + (0 if self.offset is None else int(self.offset.vmax))
 
 
 def _unravel_uops(flat: UOp, shape: Sequence[int]) -> list[UOp]:

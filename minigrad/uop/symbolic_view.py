@@ -10,7 +10,9 @@ The integer part is exact for every value because a symbolic dim is laid out at 
 dim of length `pos` sits where it would sit if the length were max. That holds through a permute, an expand of a
 size-1 dim, a shrink to (start, pos), a pad before the data, and a reshape that keeps each symbolic dim the
 outermost of the dims it merges with or splits into (rows of a (pos, 64) array flatten to the prefix pos*64 of the
-longest layout; columns would not). Everything else raises ValueError naming the op and the argument.
+longest layout; columns would not). A shrink may also start at a size expression when its length is fixed (a window,
+`x[pos:pos+1]`): `split_starts` turns it into the window at 0, and the tracker adds start * stride to its symbolic
+offset (the dim must be addressed by one stride). Everything else raises ValueError naming the op and the argument.
 """
 from __future__ import annotations
 from typing import Any, Sequence
@@ -96,11 +98,32 @@ def _pad(shape: tuple[int, ...], ext: Extents, padding: tuple) -> tuple[tuple, E
   return padding, tuple(out)
 
 
+def split_starts(shape: tuple[int, ...], extents: Extents | None, bounds: tuple) -> tuple[tuple, dict[int, UOp]]:
+  """A shrink whose starts may be symbolic (a window at a variable position, `x[pos:pos+1]`) as a shrink starting at 0
+  plus, per such dim, the start expression: the tracker adds start * stride to its symbolic offset (the dim must be
+  addressed affinely; the caller checks). The window's length must be fixed and fit at every start."""
+  bounds = to_ir(bounds)
+  ints, starts = [], {}
+  for d, ((start, end), size) in enumerate(zip(bounds, shape)):
+    if not isinstance(start, UOp): ints.append((start, end)); continue
+    if extents is not None and extents[d] is not None:
+      raise ValueError(f"shrink: dim {d} has the symbolic size {_show(extents[d])}; a window at the symbolic start {_show(start)} needs a fixed-size dim")
+    length = (end - start).simplify() if isinstance(end, UOp) else None
+    if length is None or length.op is not Ops.CONST:
+      raise ValueError(f"shrink: dim {d} from the symbolic start {_show(start)} to {_show(end)}: a window at a symbolic start "
+                       "must have a fixed length (x[pos:pos+n])")
+    if start.vmin < 0 or start.vmax + length.arg > size:
+      raise ValueError(f"shrink: dim {d} of size {size} can't hold the window ({_show(start)}, {_show(end)}) for every value "
+                       f"(the start ranges over [{start.vmin}, {start.vmax}], the length is {length.arg})")
+    ints.append((0, length.arg)); starts[d] = start.simplify()
+  return tuple(ints), starts
+
+
 def _shrink(shape: tuple[int, ...], ext: Extents, bounds: tuple) -> tuple[tuple, Extents]:
   ints, out = [], []
   for d, ((start, end), size, e) in enumerate(zip(bounds, shape, ext)):
     if isinstance(start, UOp):
-      raise ValueError(f"shrink: dim {d} starts at the symbolic {_show(start)}; only the end of a shrink may be symbolic")
+      raise ValueError(f"internal error: shrink dim {d} starts at the symbolic {_show(start)} (split_starts handles those)")
     if isinstance(end, UOp):
       if e is not None and _same(end, e): ints.append((start, size)); out.append(_size_expr(e - start)); continue
       limit = size if e is None else int(e.vmin)

@@ -198,7 +198,8 @@ def bound_values(u: UOp, into: dict[str, int] | None = None) -> dict[str, int]:
     if n.op is not Ops.BIND: continue
     name, value = n.src[0].arg[0], n.src[1].arg
     if values.setdefault(name, value) != value:
-      raise ValueError(f"Variable {name} is bound to two values ({values[name]} and {value}) in one computation")
+      raise ValueError(f"Variable {name} is bound to two values ({values[name]} and {value}) in one computation "
+                       "(realize a result made with one value before using it with another)")
   return values
 
 
