@@ -22,7 +22,7 @@ import itertools
 import statistics
 import time
 import numpy as np
-from minigrad.bench import add_target_arguments, configure_or_exit, header_lines
+from minigrad.bench.harness import add_target_arguments, configure_or_exit, header_lines
 
 Runner = Callable[[int], float]   # run n training steps, return the last loss (read with .item())
 LAYER_SIZES = (784, 256, 128, 10)

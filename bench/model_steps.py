@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 import numpy as np
-from minigrad.bench import add_target_arguments, configure_or_exit, header_lines
+from minigrad.bench.harness import add_target_arguments, configure_or_exit, header_lines
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
 
 Runner = Callable[[int], float]   # run n training steps, return the last loss

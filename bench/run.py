@@ -1,4 +1,4 @@
-"""minigrad's speed next to numpy and torch: a thin wrapper around `python -m minigrad.bench` (minigrad/bench.py).
+"""minigrad's speed next to numpy and torch: a thin wrapper around `python -m minigrad.bench` (minigrad/bench/).
 
   python bench/run.py                 # all benchmarks
   python bench/run.py matmul softmax  # some of them

@@ -1,10 +1,11 @@
-"""The benchmark CLI's choices (minigrad/bench.py), without timing anything: --target parsing and the ISA torch is
+"""The benchmark CLI's choices (minigrad/bench/), without timing anything: --target parsing and the ISA torch is
 limited to for a Target, checked with hand-built Targets."""
 from __future__ import annotations
 import subprocess
 import sys
 import pytest
-from minigrad.bench import choose_torch_isa, main, torch_capability_for
+from minigrad.bench import main
+from minigrad.bench.harness import choose_torch_isa, torch_capability_for
 from minigrad.target import Target
 
 BASELINE = frozenset({"sse", "sse2"})

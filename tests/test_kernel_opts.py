@@ -372,6 +372,20 @@ def test_fused_softmax_is_one_simd_kernel_with_the_row_reduces_hoisted(target):
   np.testing.assert_allclose(out.reshape(64, 256), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("target", [AVX512, AVX2, SSE2], ids=["avx512", "avx2", "sse2"])
+@pytest.mark.parametrize("classes, paired", [(10, False), (16, False), (32, True), (64, True)])
+def test_fused_row_reduces_pair_rows_only_when_the_rows_stream(target, classes, paired):
+  # a loss over 10 classes (log-softmax of a batch of 128): two rows per trip doubled the code of a row of a few
+  # vectors and ran slower; rows of two cache lines (32 float32) or more stream, and two of them at once help
+  x = arr(128, classes)
+  (item,) = Tensor(x).log_softmax(-1).schedule()
+  kernel = decide(item.ast, target)
+  assert (Opt("UPCAST", 0, 2) in kernel.applied_opts) == paired, kernel.applied_opts
+  out, _ = run_with(Tensor(x).log_softmax(-1), kernel.applied_opts)
+  shifted = x - x.max(-1, keepdims=True)
+  np.testing.assert_allclose(out.reshape(128, classes), shifted - np.log(np.exp(shifted).sum(-1, keepdims=True)), rtol=1e-5, atol=1e-5)
+
+
 def test_fused_softmax_scales_exp_with_the_targets_helper(tmp_path):
   # exp's scaling by 2**n is a helper on the host Target's lanes: vscalefps where the compiler targets AVX-512, the
   # exponent-bits fallback otherwise (none without wide vectors)

@@ -33,6 +33,7 @@ def small_search(monkeypatch, tmp_path):
   monkeypatch.setattr(search, "chosen_opts", {})
   monkeypatch.setattr(search, "MAX_CANDIDATES", 6)
   monkeypatch.setattr(search, "MAX_DEPTH", 2)
+  monkeypatch.setattr(search, "MIN_KERNEL_S", 0.0)   # these kernels are tiny: search them anyway
   monkeypatch.setattr(BEAM, "value", 0)
 
 
@@ -141,6 +142,37 @@ def test_damaged_cache_entry_is_searched_again(damage, monkeypatch):
   np.testing.assert_allclose(out, run_item(item, first), rtol=1e-5, atol=1e-5)
 
 
+def test_kernels_too_small_to_matter_keep_the_hand_coded_actions(monkeypatch):
+  monkeypatch.setenv("DISABLE_COMPILER_CACHE", "1")
+  monkeypatch.setattr(search, "MIN_KERNEL_S", 1.0)      # every kernel here runs in far less than a second
+  item = only_item(Tensor(arr(16, 16)) @ Tensor(arr(16, 16)))
+  counter = CompileCounter(monkeypatch)
+  opts = search.beam_search(item.ast, "CPU", 2)
+  default = new_kernel(item.ast, "CPU")
+  hand_coded_optimizations(default)
+  assert opts == default.applied_opts and counter.calls == 1   # only the hand-coded kernel was compiled (and timed)
+  assert list(search.cache_path(item.ast, "CPU", 2).parent.glob("*.json"))   # kept as the answer, like a search's
+
+
+@pytest.mark.parametrize("gain_holds", [False, True])
+def test_a_depth_whose_gain_does_not_hold_ends_the_search(gain_holds, monkeypatch):
+  """Before a depth's best buys another depth, it is timed in turns with the best so far; a gain that doesn't hold
+  there (a load spike during the other kernel's runs) ends the search with the best so far."""
+  monkeypatch.setattr(search, "MAX_DEPTH", 3)
+  evaluated, original = [], search._Search._evaluate
+  def evaluate(self, kernels):   # every candidate looks twice as fast as the best so far in its own runs
+    evaluated.append(len(kernels))
+    return [(self.best_seconds / 2, kernel, program) for _, kernel, program in original(self, kernels)]
+  monkeypatch.setattr(search._Search, "_evaluate", evaluate)
+  monkeypatch.setattr(search._Search, "_confirm", lambda self, best, found: (1.0, 0.5 if gain_holds else 1.0))
+  item = only_item(Tensor(arr(16, 32)) @ Tensor(arr(32, 16)))
+  opts = search.beam_search(item.ast, "CPU", 1)
+  default = new_kernel(item.ast, "CPU")
+  hand_coded_optimizations(default)
+  if gain_holds: assert len(evaluated) > 1 and opts != default.applied_opts
+  else: assert len(evaluated) == 1 and opts == default.applied_opts
+
+
 # ---------------------------------------------------------------- candidates that fail are skipped
 
 def test_failing_and_slow_compiles_are_skipped(monkeypatch, capsys):
@@ -240,3 +272,30 @@ def test_beam_env_prints_chosen_actions_at_debug3(tmp_path):
   cached = [line for line in second.stdout.splitlines() if "cached actions" in line]
   assert len(cached) == 1 and "chosen actions" not in second.stdout, second.stdout
   assert chosen[0].split("chosen actions ")[1].split(" (hand-coded")[0] == cached[0].split("cached actions ")[1]
+
+
+# ---------------------------------------------------------------- the BEAM check of the benchmark (minigrad/bench/beam.py)
+
+def test_beam_check_records_searches_and_times_a_workload(monkeypatch):
+  from minigrad.bench import beam as bench_beam
+  from minigrad.bench.harness import minigrad_runners
+  monkeypatch.setattr(bench_beam, "ROUNDS", 1)
+  a, b = Tensor(arr(16, 24)).realize(), Tensor(arr(24, 32)).realize()
+  workload = bench_beam.Workload(minigrad_runners(lambda: (a @ b).relu().sum(0))["minigrad"], 1.0, "runs/s")
+  user_cache = os.environ["MINIGRAD_CACHE"]
+  result = bench_beam.check("tiny", workload, width=1, runs=2)
+  assert os.environ["MINIGRAD_CACHE"] == user_cache   # the cold search's own folder is gone again
+  assert len(result.kernels) >= 1 and sum(k.launches for k in result.kernels) >= len(result.kernels)
+  assert result.default_s > 0 and result.beamed_s > 0 and result.ratio > 0
+  for k in result.kernels:
+    assert k.search_cold_s > 0 and k.search_cached_s >= 0 and k.default_s > 0 and k.beamed_s > 0
+    assert k.same == (k.beamed.source == k.default.source)
+  lines = bench_beam.report(result, "tiny workload")
+  assert lines[0].startswith("tiny workload: heuristics") and "heuristics/BEAM" in lines[0] and "cached" in lines[0]
+  assert len(lines) >= 1 + len(result.kernels)
+
+
+def test_beam_check_refuses_unknown_workloads():
+  from minigrad.bench import beam as bench_beam
+  with pytest.raises(ValueError, match="no workload"):
+    bench_beam.main(["sort"], 3, 7, {})

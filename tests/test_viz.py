@@ -211,6 +211,7 @@ def test_profile_trace_has_beam_search(monkeypatch, tmp_path):
   monkeypatch.setattr(search, "chosen_opts", {})
   monkeypatch.setattr(search, "MAX_CANDIDATES", 3)
   monkeypatch.setattr(search, "MAX_DEPTH", 1)
+  monkeypatch.setattr(search, "MIN_KERNEL_S", 0.0)   # search even this tiny kernel
   monkeypatch.setattr(BEAM, "value", 1)
   viz.enable(profiling=True, reporting=True, write_at_exit=False)
   (fresh(8, 16) @ fresh(16, 8) * 5.4321).numpy()
@@ -463,7 +464,7 @@ NOT_OURS = {"PYTHONPATH", "HOME"}   # the system's, passed on to subprocesses
 
 def variables_read() -> set[str]:
   """Every environment variable the code reads: by name (getenv, ContextVar, os.environ), and the names it reads in loops."""
-  from minigrad.bench import LIBRARY_LIMITS
+  from minigrad.bench.harness import LIBRARY_LIMITS
   found = set(DEVICE_NAMES) | {name for limits in LIBRARY_LIMITS.values() for name in limits}
   try:
     from minigrad.distributed.comm import LAUNCHER_VARIABLES

@@ -12,8 +12,11 @@ import math
 import numpy as np
 from minigrad.dtype import DType, dtypes, PtrDType, bfloat16_bits
 from minigrad.uop.ops import UOp, Ops, GroupOp
+from minigrad.codegen.sort_kernel import sort_call, sort_helpers
 from minigrad.uop.symbolic import split_terms, _coefficient
-from minigrad.codegen.cpu_patterns import EXP2_POLY, prefetches, simd_idioms
+from minigrad.codegen.cpu_patterns import prefetches, simd_idioms, int8_dots, unused_after
+from minigrad.codegen.c_int8_dot import int8_dot_call, int8_dot_helpers
+from minigrad.codegen.c_intrinsics import half_conversions, exp2_avx512, VECTOR_MATH, LIBMVEC, X86_INCLUDE, X86_STREAM, X86_MASKED_LOAD, X86_SQRT, X86_TRUNC, idiom_helpers
 
 
 def _render_mod(a: str, b: str, dt: DType) -> str:
@@ -55,6 +58,7 @@ class CRenderer:
   threaded_outer_loop = True
   # the innermost upcast dim becomes SIMD lanes (GCC/clang vector extensions)
   vector_lanes = True
+  target = None   # the compiler's Target (the CPU device sets it): which int8 dot-product instruction it has
   # the compiler has __builtin_shufflevector (gcc 12+, clang; the CPU device asks it): vectors built from the
   # lanes of one or two others are shuffles, blocks of them transposed; without it lanes are gathered one by one
   shufflevector = True
@@ -82,6 +86,8 @@ class CRenderer:
     if dt not in self.type_names: raise NotImplementedError(f"{type(self).__name__} can't render dtype {dt}")
     return self.type_names[dt]
 
+  # Ops.SORT (a row of uint64 words sorted by their high 32 bits) is spelled as a call to a C helper (sort_kernel.py)
+  sorts_rows = True
   # GPU-shaped kernels (workgroup/thread ids, local memory, barriers): spelled by the OpenCL/CUDA subclasses
   has_local = False
   barrier = ""
@@ -157,6 +163,8 @@ class CRenderer:
     streamed = self.streamed_stores(uops)
     prefetched = prefetches(uops, self.threaded_outer_loop) if self.vector_lanes else {}
     idioms = simd_idioms(uops) if self.vector_lanes else {}
+    dots = int8_dots(uops, self.target) if self.vector_lanes else {}
+    unused = unused_after(uops, dots)   # what the dot products replace
     transposes = transposed_rows(uops) if self.vector_lanes and self.shufflevector else {}
     transposed: dict[tuple[UOp, ...], list[str]] = {}
     blended = self.blended_maxes(uops)
@@ -181,6 +189,7 @@ class CRenderer:
         last_note[0] = here
 
     for u in uops:
+      if u in unused: continue
       first_line = len(lines)
       src = [names.get(s, "") for s in u.src]
       if u.op is Ops.DEFINE_GLOBAL: names[u] = f"{self.buffer_prefix}data{u.arg}"
@@ -211,6 +220,8 @@ class CRenderer:
         names[u] = fresh("val")
         line(f"{self.type_name(u.dtype)} {names[u]} = {expr};")
         if u in prefetched: line(f"__builtin_prefetch(&{names[index]} + {prefetched[u]});")
+      elif u.op is Ops.SORT: names[u] = ""   # spelled by the STORE of its row (minigrad/codegen/sort_kernel.py)
+      elif u.op is Ops.STORE and u.src[1].op is Ops.SORT: line(sort_call(names[u.src[0]], names[u.src[1].src[0].src[0]], u.src[1].arg))
       elif u.op is Ops.STORE:
         index, value = u.src
         memory = self.vector_access(names[index], value.dtype) if value.dtype.count > 1 else names[index]
@@ -240,7 +251,8 @@ class CRenderer:
         line(f"{src[0]} = {_strip(src[1])};")
         names[u] = src[0]
       else:
-        if u in idioms: expr = f"{idioms[u][0]}({', '.join(names[a] for a in idioms[u][1])})"
+        if u in dots: expr = int8_dot_call(dots[u], names, lambda x: self.render_broadcast(x, u.dtype), self.render_vector_const(0, u.dtype))
+        elif u in idioms: expr = f"{idioms[u][0]}({', '.join(names[a] for a in idioms[u][1])})"
         elif u.op is Ops.CAST and u.dtype.count > 1: expr = self.render_vector_cast(src[0], u.src[0].dtype, u.dtype)
         elif u.op is Ops.CAST: expr = self.render_cast(src[0], u.dtype, u.src[0].dtype)
         elif u.op is Ops.BITCAST and u.dtype.count > 1: expr = f"(({self.type_name(u.dtype)})({src[0]}))"   # same-size vectors reinterpret
@@ -284,9 +296,10 @@ class CRenderer:
   def prelude(self, uops: list[UOp]) -> list[str]:
     """What the source needs before the kernel function: includes, type definitions, helper functions."""
     return self.includes + self.vector_typedefs(uops) + self.vector_math(uops) + self.stream_helpers(self.streamed_stores(uops)) + \
-      self.masked_load_helpers(uops) + (idiom_helpers(simd_idioms(uops)) if self.vector_lanes else []) + self.max_helpers(uops) + \
+      self.masked_load_helpers(uops) + (idiom_helpers(simd_idioms(uops)) if self.vector_lanes else []) + \
+      (int8_dot_helpers({step[0] for d in int8_dots(uops, self.target).values() for step in d.steps}) if self.vector_lanes else []) + self.max_helpers(uops) + \
       (half_conversions(self.float16_mode) if self.float16_mode != "native" and any(
-        u.op is Ops.CAST and dtypes.float16 in (u.dtype, u.src[0].dtype) for u in uops) else [])
+        u.op is Ops.CAST and dtypes.float16 in (u.dtype, u.src[0].dtype) for u in uops) else []) + sort_helpers(uops)
 
   # ---- scalar max and where without a branch ----
   def blended_maxes(self, uops: list[UOp]) -> set[UOp]:
@@ -340,7 +353,7 @@ class CRenderer:
       fast = None
       if op is Ops.TRUNC and width in X86_TRUNC: fast = (X86_TRUNC[width][0], [f"  return {X86_TRUNC[width][1]};"])
       elif op is Ops.SQRT and width in X86_SQRT: fast = (X86_SQRT[width][0], [f"  return {X86_SQRT[width][1]};"])
-      elif op is Ops.EXP2 and width == 16: fast = ("__AVX512F__", _exp2_avx512(vec))
+      elif op is Ops.EXP2 and width == 16: fast = ("__AVX512F__", exp2_avx512(vec))
       elif op is not Ops.SQRT and op is not Ops.TRUNC and width in LIBMVEC:
         letter, feature = LIBMVEC[width]
         fast = (feature, [f"  {vec} _ZGV{letter}N{width}v_{name}({vec});", f"  return _ZGV{letter}N{width}v_{name}(x);"])
@@ -455,65 +468,6 @@ def float16_bits(value: float) -> int:
   with np.errstate(over="ignore"): return int(np.array(value, dtype=np.float16).view(np.uint16))
 
 
-def half_conversions(mode: str) -> list[str]:
-  """C for `float half_to_float(unsigned short word)` (exact) and `unsigned short float_to_half(float)` (to nearest,
-  ties to even; past 65504 to inf; a NaN stays a quiet NaN with its sign and the top of its payload, as F16C does).
-  mode "f16c": the F16C instructions (vcvtph2ps/vcvtps2ph); "bits": integer code that needs nothing of the target
-  and nothing of the floating-point environment (flush-to-zero set by other code can't change its subnormals)."""
-  if mode == "f16c":
-    return ["#include <immintrin.h>",
-            "static inline float half_to_float(unsigned short h) { return _cvtsh_ss(h); }",
-            "static inline unsigned short float_to_half(float f) { return (unsigned short)_cvtss_sh(f, 0); }   /* 0: to nearest even */"]
-  if mode != "bits": raise ValueError(f"no float16 conversions for mode {mode!r}")
-  return [
-    "static inline float half_to_float(unsigned short h) {",
-    "  unsigned int sign = (unsigned int)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;",
-    "  if (exponent == 0) { float f = (float)mantissa * 5.9604644775390625e-8f; return sign ? -f : f; }   /* 0, subnormal: m * 2^-24 */",
-    "  union { unsigned int u; float f; } out;",
-    "  out.u = sign | (mantissa << 13) | (exponent == 31 ? 0x7f800000u | (mantissa ? 0x400000u : 0) : (exponent + 112) << 23);",
-    "  return out.f;",
-    "}",
-    "static inline unsigned short float_to_half(float f) {",
-    "  union { float f; unsigned int u; } in = {f};",
-    "  unsigned int sign = (in.u >> 16) & 0x8000, a = in.u & 0x7fffffffu;",
-    "  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00 | ((a >> 13) & 0x3ff));   /* NaN */",
-    "  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00);   /* inf, and what rounds past 65504 (from 65520 on) */",
-    "  if (a >= 0x38800000u) return (unsigned short)(sign | ((a - 0x38000000u + 0xfffu + ((a >> 13) & 1)) >> 13));   /* normal */",
-    "  if (a <= 0x33000000u) return (unsigned short)sign;   /* up to 2^-25, half the smallest subnormal: to (even) zero */",
-    "  unsigned int shift = 126 - (a >> 23), m = (a & 0x7fffffu) | 0x800000u;   /* subnormal: round m * 2^-shift to an integer */",
-    "  unsigned int q = m >> shift, rest = m & ((1u << shift) - 1), tie = 1u << (shift - 1);",
-    "  return (unsigned short)(sign | (q + ((rest > tie) | ((rest == tie) & (q & 1)))));",
-    "}"]
-
-
-def _exp2_avx512(vec: str) -> list[str]:
-  """exp2 inline on AVX-512: x = n + f with n = round(x), the polynomial for 2**f, then vscalefps multiplies by
-  2**n with the right overflow to inf, underflow through the subnormals to 0 and NaN. Where x is an integer
-  (or +-inf) f is 0, so +-inf give inf and 0 rather than inf - inf."""
-  lines = ["  __m512 n = _mm512_roundscale_ps(x, 8);   /* to nearest, no exceptions */",
-           f"  {vec} f = x - ({vec})n;", f"  f = ({vec})(_mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, n, _CMP_EQ_OQ), f, _mm512_setzero_ps()));",
-           f"  {vec} p = {EXP2_POLY[0]!r}f - ({vec}){{0}};"]
-  lines += [f"  p = p * f + {c!r}f;" for c in EXP2_POLY[1:]]
-  return lines + ["  return _mm512_scalef_ps(p, n);"]
-# float32 math on vectors: name of the libm function; libmvec variants by width: (ISA letter, the C macro it needs)
-VECTOR_MATH = {Ops.EXP2: "exp2f", Ops.LOG2: "log2f", Ops.SIN: "sinf", Ops.SQRT: "sqrtf", Ops.TRUNC: "truncf"}
-LIBMVEC = {4: ("b", "__SSE2__"), 8: ("d", "__AVX2__"), 16: ("e", "__AVX512F__")}
-X86_INCLUDE = ("#if defined(__x86_64__)", "#include <immintrin.h>", "#endif")
-# non-temporal vector stores by vector bytes: (C macro, bits)
-X86_STREAM = {32: ("__AVX__", 256), 64: ("__AVX512F__", 512)}
-# masked vector loads by (lane dtype, lanes): (C macro, the call on p and the -1/0 mask m)
-X86_MASKED_LOAD = {
-  (dtypes.float32, 16): ("__AVX512F__", "_mm512_maskz_loadu_ps(_mm512_test_epi32_mask((__m512i)m, (__m512i)m), p)"),
-  (dtypes.int32, 16): ("__AVX512F__", "_mm512_maskz_loadu_epi32(_mm512_test_epi32_mask((__m512i)m, (__m512i)m), p)"),
-  (dtypes.float32, 8): ("__AVX2__", "_mm256_maskload_ps(p, (__m256i)m)"),
-  (dtypes.float32, 4): ("__AVX2__", "_mm_maskload_ps(p, (__m128i)m)"),
-}
-# correctly rounded square roots (as sqrtf's) by vector width: (C macro, call)
-X86_SQRT = {4: ("__SSE__", "_mm_sqrt_ps(x)"), 8: ("__AVX__", "_mm256_sqrt_ps(x)"), 16: ("__AVX512F__", "_mm512_sqrt_ps(x)")}
-# round toward zero (immediate 11 = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), by vector width: (C macro, call)
-X86_TRUNC = {4: ("__SSE4_1__", "_mm_round_ps(x, 11)"), 8: ("__AVX__", "_mm256_round_ps(x, 11)"), 16: ("__AVX512F__", "_mm512_roundscale_ps(x, 11)")}
-
-
 def shuffled_lanes(u: UOp) -> tuple[tuple[UOp, ...], list[int]] | None:
   """A VECTORIZE whose lanes are GEPs of one or two vectors of one (non-bool) type: (the vectors, the lane numbers
   for __builtin_shufflevector, counting the second vector's lanes after the first's), else None."""
@@ -533,39 +487,6 @@ def transposed_rows(uops: list[UOp]) -> dict[UOp, tuple[tuple[UOp, ...], int]]:
     block = tuple(s.src[0] for s in u.src)
     if len(set(block)) == width and all(v.dtype == u.dtype for v in block): rows.setdefault(block, {})[u.src[0].arg] = u
   return {u: (block, row) for block, found in rows.items() if len(found) == len(block) for row, u in found.items()}
-
-
-# the x86 instructions of the idioms (minigrad.codegen.cpu_patterns.simd_idioms), by float32 lanes: the C macro
-# they need, then floor, max, min, and x * 2**n (None: AVX has no scalef; the exponent bits are built instead)
-X86_IDIOMS = {16: ("__AVX512F__", "_mm512_roundscale_ps(x, 9)", "_mm512_max_ps(a, b)", "_mm512_min_ps(a, b)", "_mm512_scalef_ps(x, n)"),
-              8: ("__AVX__", "_mm256_round_ps(x, 9)", "_mm256_max_ps(a, b)", "_mm256_min_ps(a, b)", None)}
-
-
-def idiom_helpers(idioms: dict[UOp, tuple[str, tuple[UOp, ...]]]) -> list[str]:
-  """The idioms' functions: their x86 instruction (rounding immediate 9: toward -inf, no exceptions) where the
-  compiler's target has it, else the plain spelling of what they compute."""
-  used = {name for name, _ in idioms.values()}
-  lines = list(X86_INCLUDE) if used else []
-
-  def helper(signature: str, fast: str | None, portable: list[str], width: int) -> list[str]:
-    if fast is None: return [f"static inline {signature} {{", *portable, "}"]
-    return [f"static inline {signature} {{", f"#if defined(__x86_64__) && defined({X86_IDIOMS[width][0]})", f"  return {fast};",
-            "#else", *portable, "#endif", "}"]
-  for name in sorted(used):
-    kind, width = name.rsplit("_v", 1)[0], int(name.rsplit("_v", 1)[1])
-    _, floor, maximum, minimum, scalef = X86_IDIOMS[width]
-    vec, mask, ints = f"float_v{width}", f"mask_v{width}", f"int_v{width}"
-    if kind == "floorf":
-      lines += helper(f"{vec} {name}({vec} x)", floor, [f"  {vec} out;", f"  for (int i = 0; i < {width}; i++) out[i] = floorf(x[i]);",
-                                                       "  return out;"], width)
-    elif kind in ("maxps", "minps"):
-      compare = ">" if kind == "maxps" else "<"
-      lines += helper(f"{vec} {name}({vec} a, {vec} b)", maximum if kind == "maxps" else minimum,
-                      [f"  {mask} m = a {compare} b;   /* (a {compare} b) ? a : b */", f"  return ({vec})(((({mask})a) & m) | ((({mask})b) & ~m));"], width)
-    elif kind == "scalef":   # x * 2**n, n integral
-      lines += helper(f"{vec} {name}({vec} x, {vec} n)", scalef,
-                      [f"  return x * ({vec})((__builtin_convertvector(n, {ints}) + 127) << 23);"], width)
-  return lines
 
 
 def _strip(expr: str) -> str:

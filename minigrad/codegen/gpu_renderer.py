@@ -29,6 +29,7 @@ class GPURenderer(CRenderer):
   code_for_op = {**CRenderer.code_for_op, Ops.ADD: _subtract_if_negated}
   threaded_outer_loop = False
   vector_lanes = False
+  sorts_rows = False             # a row per thread would be slow: sorts take the compare-exchange network (sort_ops)
   gated_reduces = False          # a branch per thread: left to the GPU as selects
   has_local = True
   index_type = "int"             # 32-bit index math is what GPUs do fast

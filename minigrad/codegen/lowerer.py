@@ -234,6 +234,7 @@ class _NodeLowering:
       partial = UOp(Ops.REDUCE, node.dtype, (combined,) + loops, op) if loops else combined
       return self._group_reduce(partial, op) if self.group_axes else partial
     if node.op in GroupOp.Elementwise: return node.replace(src=tuple(src(i) for i in range(len(node.src))))
+    if node.op is Ops.SORT: return node.replace(src=(src(0),))   # the renderer sorts the row its LOAD's index starts
     raise RuntimeError(f"lowerer doesn't know {node.op}")
 
   def _row_lanes(self, loops: tuple[UOp, ...], values: list[UOp]) -> UOp | None:

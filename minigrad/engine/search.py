@@ -3,15 +3,18 @@
 Input: a kernel AST, a device name and a beam width N (`BEAM=N`). Output: the list of actions (`Opt`) whose kernel
 ran fastest; `get_kernel` applies them. The search:
   1. starts from the hand-coded choice and the shorter prefixes of its actions (so alternatives to its later
-     choices are tried too); the hand-coded kernel is timed first and is the one to beat;
+     choices are tried too); the hand-coded kernel is timed first and is the one to beat; one that runs in less than
+     BEAM_MIN_KERNEL_US microseconds is kept without a search (no choice could save more than a launch costs);
   2. at each depth makes every child of the beam's kernels (one more action, minigrad/opt/search_space.py; at most
      BEAM_MAX_CANDIDATES, a seeded sample), renders them in this process and compiles them in parallel: the
      compiler runs as one worker process per candidate, started from a thread pool with a thread per core, and a
      compile that fails or outlives BEAM_COMPILE_TIMEOUT seconds is skipped. Then it times them one after
      another, with no compile running, on scratch buffers of the kernel's sizes (fastest of TIMING_RUNS runs;
      a candidate whose first run is CUT_FACTOR times slower than the best so far is not run again);
-  3. keeps the N fastest as the next beam, and stops when a depth gains less than MIN_GAIN, after BEAM_MAX_DEPTH
-     depths, or once BEAM_TIME_LIMIT seconds have passed (the best so far is kept);
+  3. keeps the N fastest as the next beam, and stops when a depth gains less than MIN_GAIN (the gain must hold
+     when the depth's best and the best so far are timed in turns, CONFIRM_RUNS each: rendering the candidates is
+     most of a search's time, so no depth is spent on a load spike), after BEAM_MAX_DEPTH depths, or once
+     BEAM_TIME_LIMIT seconds have passed (no candidate is rendered or timed past it; the best so far is kept);
   4. times the winner and the hand-coded kernel in turns and keeps the winner only if it is still faster, so a
      load spike on a shared machine can't make BEAM worse than the default.
 Every timed candidate must give the hand-coded kernel's numbers on the same random inputs (bit for bit, or for
@@ -54,12 +57,15 @@ from minigrad.viz import trace
 
 CACHE_VERSION = 1
 TIMING_RUNS = 3          # runs per candidate; its time is the fastest
+CONFIRM_RUNS = 5         # runs of each of two kernels timed in turns to confirm that one is faster
 CUT_FACTOR = 2.0         # a candidate whose first run is this much slower than the best so far isn't run again
 MIN_GAIN = 0.01          # a depth must beat the best time by 1 % for the search to go on
 MAX_DEPTH = getenv("BEAM_MAX_DEPTH", 8)                 # actions added on top of the starting kernels
 MAX_CANDIDATES = getenv("BEAM_MAX_CANDIDATES", 64)      # timed per depth (a seeded random sample if more)
 COMPILE_TIMEOUT_S = getenv("BEAM_COMPILE_TIMEOUT", 20.0)
-TIME_LIMIT_S = getenv("BEAM_TIME_LIMIT", 30.0)       # per kernel: past it, no new candidate is timed
+TIME_LIMIT_S = getenv("BEAM_TIME_LIMIT", 30.0)       # per kernel: past it, no new candidate is rendered or timed
+# a hand-coded kernel faster than this is kept without a search: what any choice could save is below the time of a launch
+MIN_KERNEL_S = getenv("BEAM_MIN_KERNEL_US", 20.0) / 1e6
 COMPILE_WORKERS = max(1, os.cpu_count() or 1)
 
 # Documented cache: (kernel AST, device, beam width) -> the actions the search chose, for this process.
@@ -69,6 +75,7 @@ chosen_opts: dict[tuple[UOp, str, int], list[Opt]] = {}
 def beam_search(ast: UOp, device: str, width: int) -> list[Opt]:
   """The actions to apply to `ast` on `device`: from memory, from the disk cache, or found by a beam search."""
   if width < 1: raise ValueError(f"the beam width must be >= 1, got {width}")
+  if any(n.op is Ops.SORT for n in ast.toposort): return []   # a sort kernel calls the row sort once per row: nothing to search
   key = (ast, device, width)
   if (found := chosen_opts.get(key)) is not None: return found
   path = cache_path(ast, device, width)   # None: no usable cache folder, search every time
@@ -208,16 +215,20 @@ class _Search:
     # start from the hand-coded kernel and the prefixes of its actions (alternatives to its later choices)
     starts = [default] + [self._replay(default.applied_opts[:n]) for n in range(len(default.applied_opts) - 1, 0, -1)]
     self.seen.update(kernel_signature(k) for k in starts)
-    children = self._children(starts)
-    if not children: return list(default.applied_opts)   # nothing to choose from (a scalar kernel, say)
     self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=COMPILE_WORKERS, thread_name_prefix="minigrad-beam")
     try:
       with tqdm(total=1, desc=f"BEAM {default.name}", unit="kernel", file=sys.stderr, leave=False, dynamic_ncols=True) as self.bar:
         default_program, default_seconds = self._default(default)
         best, best_program, best_seconds, depth = default, default_program, default_seconds, 0
+        # nothing to choose from (a scalar kernel, say), or too small to matter
+        children = self._children(starts) if default_seconds >= MIN_KERNEL_S else []
         while children and depth < MAX_DEPTH and not self._out_of_time():
           timed = sorted(self._evaluate(children), key=lambda entry: entry[0])
           if not timed or timed[0][0] >= best_seconds * (1 - MIN_GAIN): break
+          # a depth's gain is confirmed (timed in turns with the best so far) before it buys another depth: on a
+          # shared machine a load spike during the best's runs would otherwise send the search on for nothing
+          best_again, found_again = self._confirm(best_program, timed[0][2])
+          if found_again >= best_again * (1 - MIN_GAIN): break
           best_seconds, best, best_program = timed[0]
           depth += 1
           children = self._children([kernel for _, kernel, _ in timed[:self.width]])
@@ -237,7 +248,7 @@ class _Search:
   def _confirm(self, default_program: CompiledKernel, best_program: CompiledKernel) -> tuple[float, float]:
     """Time the hand-coded and the best kernel in turns, so a load spike on a shared machine favours neither."""
     default_times, best_times = [], []
-    for _ in range(TIMING_RUNS):
+    for _ in range(CONFIRM_RUNS):
       default_times.append(self._run(default_program, self.scratch.buffers))
       best_times.append(self._run(best_program, self.scratch.buffers))
     return min(default_times), min(best_times)
@@ -277,6 +288,9 @@ class _Search:
     self.bar.refresh()
     pending: dict[str, tuple[Kernel, list[UOp], concurrent.futures.Future]] = {}
     for kernel in kernels:
+      if self._out_of_time():
+        self.bar.update(1)
+        continue
       try: uops, source = render_kernel(kernel, self.device, verbose=False)
       except Exception as e:
         self._skip(kernel, "render", e)

@@ -38,7 +38,7 @@ they use come from the kernel's Target through minigrad/opt/cpu_policy.py (AVX2:
      with its own accumulator (lowerer._row_lanes).
   6. kernels with several reduces (see minigrad.schedule.scheduler.KernelPlan): lanes of one width on the
      output's contiguous dim and on every contiguous reduce dim (without any, short reduce loops unrolled whole);
-     two rows per outer loop trip when there are many.
+     two rows per outer loop trip when there are many and they span two cache lines or more.
   7. the threads split the outermost loop: a short one that doesn't divide among them trades places with a
      bigger global dim.
   8. a one-hot sum over a reduce loop (an embedding's gradient: over the tokens, (id == v) * grad for each
@@ -54,8 +54,8 @@ from minigrad.opt.gpu_heuristics import gpu_optimizations
 from minigrad.codegen.lowerer import VECTOR_WIDTHS
 from minigrad.codegen.vectorize import vector_ok
 from minigrad.helpers import cpu_threads, prod
-from minigrad.opt.cpu_policy import (cached_bytes, l1_resident_bytes, lane_widths, line_elements, max_accumulators, row_by_row_accumulators,
-                                     streamed_vector_bytes)
+from minigrad.opt.cpu_policy import (cached_bytes, l1_resident_bytes, lane_widths, line_elements, max_accumulators, min_paired_row_elements,
+                                     row_by_row_accumulators, streamed_vector_bytes)
 from minigrad.uop.ops import Ops, UOp, one_hot_pick
 from minigrad.uop.shapetracker import ShapeTracker
 from minigrad.uop.symbolic import split_terms
@@ -134,6 +134,7 @@ def hand_coded_optimizations(k: Kernel) -> None:
 
 
 def _choose_optimizations(k: Kernel) -> None:
+  if any(n.op is Ops.SORT for n in k.ast.toposort): return   # one sort call per row: nothing to split or upcast
   if k.has_local: return gpu_optimizations(k)
   if not k.full_shape: return
   _cpu_optimizations(k)
@@ -248,8 +249,10 @@ def _unroll_rows(k: Kernel, axis: int) -> None:
 def _fused_reduces(k: Kernel, widths: list[int], out_strides: tuple[int | None, ...]) -> None:
   """6. a kernel with several reduces (a fused softmax: row max, row sum, output): the output's contiguous dim and
   every contiguous reduce dim get lanes of one width (they share one vector range), reduce dims 4 vectors per
-  loop trip, two rows per outer loop trip (two streams for the memory system: softmax 4096x1024 on one core -4%). No
+  loop trip, two rows per outer loop trip (two streams for the memory system: softmax 4096x1024 on one core -4%)
+  when the rows are long enough to stream (min_paired_row_elements: a cross-entropy's 10 classes are not). No
   register tile and no loop reordering: the reduces are computed once per outer loop trip."""
+  row_elements = max((k.full_shape[a] for a in k.axes_of("reduce")), default=0)
   candidates = [("UPCAST", a) for a in reversed(k.axes_of("global")) if out_strides[a] == 1][:1] + [("REDUCE", a) for a in k.axes_of("reduce")]
   width = next((w for w in widths if all(k.full_shape[a] % w == 0 for _, a in candidates)), None)
   laned = False
@@ -268,7 +271,9 @@ def _fused_reduces(k: Kernel, widths: list[int], out_strides: tuple[int | None, 
   # two rows per outer loop trip: every pass reads two rows at once, two streams for the memory system
   if not (globals_ := k.axes_of("global")): return   # a single output: no rows to pair
   rows = globals_[0]
-  if out_strides[rows] != 1 and k.full_shape[rows] % 2 == 0 and k.full_shape[rows] >= FUSED_MIN_ROWS: k.apply_opt(Opt("UPCAST", 0, 2))
+  if out_strides[rows] != 1 and k.full_shape[rows] % 2 == 0 and k.full_shape[rows] >= FUSED_MIN_ROWS and \
+     row_elements >= min_paired_row_elements(k.target):
+    k.apply_opt(Opt("UPCAST", 0, 2))
 
 
 def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0) -> bool:

@@ -50,7 +50,7 @@ def _merge_key(item) -> tuple | None:
   """What items must share to be merged, or None if the item can't be merged at all."""
   if len(item.ast.src) != 1 or item.outputs != 1: return None
   store = _store(item)
-  if not store.src[1].arg.contiguous or any(n.op is Ops.REDUCE_AXIS for n in item.ast.toposort): return None
+  if not store.src[1].arg.contiguous or any(n.op in (Ops.REDUCE_AXIS, Ops.SORT) for n in item.ast.toposort): return None
   return (item.device, store.src[1], store.src[2].dtype)
 
 

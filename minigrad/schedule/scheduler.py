@@ -124,6 +124,7 @@ class _Fusion:
     for n in nodes:
       if n.op is Ops.CONTIGUOUS and n not in self.realize: self._realize(n, "CONTIGUOUS: .contiguous() asks for a buffer of its own")
       if n.op is Ops.REDUCE_AXIS and len(consumers.get(n, ())) > 1: self._realize(n, f"a reduce read by {len(consumers[n])} ops: stored once")
+      if n.op is Ops.SORT: self._realize_sort(n)
     # walking a kernel can realize more nodes (new kernels to walk), and a reduce fused into two kernels
     # would be computed twice: realize it too. Repeat until nothing changes.
     self.plans: dict[UOp, KernelPlan] = {}
@@ -140,6 +141,11 @@ class _Fusion:
   def _realize(self, node: UOp, reason: str) -> None:
     self.realize[node] = None
     self.reasons.setdefault(node, {})[reason] = None
+
+  def _realize_sort(self, node: UOp) -> None:
+    """A SORT is a kernel of its own that reads whole rows of a buffer (minigrad/codegen/sort_kernel.py)."""
+    if node not in self.realize: self._realize(node, "SORT: a sort is a kernel of its own")
+    if node.src[0].op is not Ops.BUFFER: self._realize(node.src[0], "the input of a SORT: its rows in a buffer")
 
   def _stops(self, node: UOp, root: UOp) -> bool: return (node in self.realize and node is not root) or _is_leaf(node)
 
@@ -283,6 +289,7 @@ class _KernelBuilder:
     self.extra = (1,) * (plan.rank - plan.base_rank)   # side reduces' dims, size 1 where they aren't looped over
 
   def build(self, output: UOp) -> UOp:
+    if self.root.op is Ops.SORT: return self._sort_kernel(output)
     value_root = self.root.src[0] if self.root.op is Ops.CONTIGUOUS else self.root
     # shapes with variable-length dims as expressions over DEFINE_VARs: the kernel loops to them, whatever their values
     root_shape = symbolic_shape(self.root, bound=False)
@@ -292,6 +299,19 @@ class _KernelBuilder:
     out_global = UOp(Ops.DEFINE_GLOBAL, output.dtype.ptr(), (), 0)
     store = UOp(Ops.STORE, dtypes.void, (out_global, UOp(Ops.VIEW, arg=ShapeTracker.from_shape(kernel_shape + self.extra)), value))
     return UOp(Ops.SINK, dtypes.void, (store,))
+
+  def _sort_kernel(self, output: UOp) -> UOp:
+    """SINK(STORE(out, row starts, SORT(LOAD(in, row starts)))): one loop over the rows; the SORT reads and writes a
+    whole row of `arg` words from where each view points (a view of shape (rows, 1) with the row stride)."""
+    source = self.root.src[0]
+    length = self.root.shape[-1]
+    rows = self.root.size // length
+    if not isinstance(length, int) or (extents_of(self.root) is not None): raise NotImplementedError("SORT of a variable-length row")
+    row_starts = ShapeTracker.from_shape((rows, length)).shrink(((0, rows), (0, 1)))
+    words = self._load(self.buffers.get(source, source), row_starts)
+    value = UOp(Ops.SORT, self.root.dtype, (words,), length)
+    out_global = UOp(Ops.DEFINE_GLOBAL, output.dtype.ptr(), (), 0)
+    return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out_global, UOp(Ops.VIEW, arg=row_starts), value)),))
 
   def _side_view(self, reduce: UOp) -> ShapeTracker:
     """Kernel coordinates -> the side reduce's input: kept axes along their base dims, reduced axes along its own dims."""
@@ -423,7 +443,7 @@ def _stored_view(buffer: UOp, node: UOp) -> UOp:
 
 def _rebound(u: UOp, values: dict[str, int]) -> UOp:
   """A replayed buffer view with its Variables bound to this call's values."""
-  if u.op is not Ops.VIEW or u.arg.extents is None: return u
+  if u.op is not Ops.VIEW or not u.arg.symbolic: return u
   return UOp(Ops.VIEW, u.dtype, u.src, u.arg.rebind(values))
 
 
@@ -433,7 +453,7 @@ def bound_variables(nodes: list[UOp]) -> dict[str, int]:
   values: dict[str, int] = {}
   if not variable.state["in_use"]: return values
   for n in nodes:
-    if n.op is Ops.VIEW and n.arg.extents is not None: n.arg.bound_values(values)
+    if n.op is Ops.VIEW and n.arg.symbolic: n.arg.bound_values(values)
   return values
 
 

@@ -8,33 +8,35 @@ Every element gets an unsigned integer *order key* whose unsigned order is torch
 the key. Ties are broken by the element's position, which makes every sort stable (torch's stable=True; torch's
 default sort gives no guarantee about ties, so stable results are valid for it too).
 
-Two algorithms, both made of Tensor ops only:
+Three algorithms; minigrad.opt.sort_policy picks one from the device's renderer, the row length and the key width:
 - rank sort, for short rows: rank[i] = how many elements come before element i (an (n, n) compare-and-sum), and
   output r is the element whose rank is r (an (n, n) one-hot sum). Two kernels, whatever n.
-- bitonic sort, for long rows: the row is padded to a power of two N, and log2(N) * (log2(N) + 1) / 2
-  compare-exchange steps run, one kernel each. A step pairs element i of each block with i + half (a flipped
-  view of the same buffer) and keeps the smaller of the pair in the block's first half; each merge's first step
-  pairs i with its mirror image in the block instead, so every step sorts ascending. When the key fits 32 bits,
-  key and position are packed into one uint64 (key << 32 | position), a step is a min and a max, and the values
-  are rebuilt from the keys (so -0.0 comes out as 0.0 and every NaN as the same NaN); 64-bit keys travel with
-  the positions and values as columns that swap with `where`.
+- the row sort, where the device's renderer spells Ops.SORT (the C renderer: a radix sort, minigrad/codegen/
+  sort_kernel.py): key and position packed into one uint64 (key << 32 | position), the rows sorted by one SORT
+  kernel (stably, by the high half), values and indices rebuilt from the words. Four kernels, whatever n.
+- bitonic sort, for long rows elsewhere (and 64-bit keys): the row is padded to a power of two N, and
+  log2(N) * (log2(N) + 1) / 2 compare-exchange steps run, one kernel each. A step pairs element i of each block with
+  i + half (a flipped view of the same buffer) and keeps the smaller of the pair in the block's first half; each
+  merge's first step pairs i with its mirror image in the block instead, so every step sorts ascending. Each step
+  is a pass over memory. With a 32-bit key the packed words are the only column (a step is a min and a max); 64-bit
+  keys travel with the positions and values as columns that swap with `where`.
+With packed words the values are rebuilt from the keys (so -0.0 comes out as 0.0 and every NaN as the same NaN).
 Gradients are torch's: each output's gradient goes back to the element it came from. The rank sort's one-hot
-selection gets that from autograd; the network's gradient is written out (autograd through its steps would fuse
-into one expression whose size doubles with every step): the output gradient, sorted by the indices.
-Speed: 1M float32 elements (210 steps, ~0.5-1 ms each) sort in 0.3-0.75 s on a shared 2-core x86 host: about 2x
-numpy's stable argsort and torch.sort(stable=True), 20-45x np.sort. Each step is a pass over memory; closing the gap
-needs a sort primitive (a kernel that sorts blocks in cache).
+selection gets that from autograd; the other two write it out (autograd through the network's steps would fuse into
+one expression whose size doubles with every step): the output gradient, sorted by the indices (the same algorithm,
+a gradient of at most 32 bits packed with the index).
 """
 from __future__ import annotations
 from typing import TYPE_CHECKING
 import minigrad.tensor.function as F
 from minigrad.dtype import DType, dtypes
+from minigrad.uop.ops import UOp, Ops
+from minigrad.opt.sort_policy import sort_algorithm
+from minigrad.runtime.device import Device
 from minigrad.tensor.math_ops import normalize_axis
 from minigrad.tensor.reduce_ops import ValuesIndices
 if TYPE_CHECKING: from minigrad.tensor.tensor import Tensor
 
-RANK_SORT_MAX_WORK = 1 << 22   # rows * n * n compares: below this, rank sort (2 kernels) beats log2(n)^2/2 kernels
-RANK_SORT_MAX_ROW = 2048       # and rows longer than this always use the bitonic network
 LOW32, HIGH_BIT = 0xFFFFFFFF, {32: 0x80000000, 64: 0x8000000000000000}
 
 
@@ -141,16 +143,19 @@ def _bitonic_sort(columns: list[Tensor]) -> list[Tensor]:
   return columns
 
 
-def _network_sort(x: Tensor, key: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
-  """(values, int64 indices) of the last axis sorted by (key, position) with the bitonic network. The values'
-  gradient is written out (the network's own backward would be one fused expression whose size doubles with
-  every step): each output's gradient goes back to the position it came from, by sorting the gradient by index."""
+def _keyed_sort(x: Tensor, key: Tensor, descending: bool, in_rows: bool) -> tuple[Tensor, Tensor]:
+  """(values, int64 indices) of the last axis sorted by (key, position): with `in_rows` by one SORT kernel (32-bit
+  keys only), else with the bitonic network. The values' gradient is written out (the network's own backward would
+  be one fused expression whose size doubles with every step): each output's gradient goes back to the position it
+  came from, by sorting the gradient by index."""
   n = x.shape[-1]
   if key.dtype == dtypes.uint32:   # key and position packed into one uint64
-    position = _positions(x, _padded_size(n)).cast(dtypes.uint64)
-    packed = (key.cast(dtypes.uint64) << 32).pad(((0, 0),) * (x.ndim - 1) + ((0, position.shape[-1] - n),), value=LOW32 << 32)
-    (packed,) = _bitonic_sort([packed | position])
-    packed = _first(packed, n)
+    if in_rows: packed = _sort_rows((key.cast(dtypes.uint64) << 32) | _positions(x, n).cast(dtypes.uint64))
+    else:
+      position = _positions(x, _padded_size(n)).cast(dtypes.uint64)
+      packed = (key.cast(dtypes.uint64) << 32).pad(((0, 0),) * (x.ndim - 1) + ((0, position.shape[-1] - n),), value=LOW32 << 32)
+      (packed,) = _bitonic_sort([packed | position])
+      packed = _first(packed, n)
     values, indices = _value_from_key((packed >> 32).cast(dtypes.uint32), x.dtype, descending), (packed & LOW32).cast(dtypes.int64)
   else:
     payload = x.detach() if x.dtype != dtypes.bool else x.detach().cast(dtypes.uint8)
@@ -158,7 +163,15 @@ def _network_sort(x: Tensor, key: Tensor, descending: bool) -> tuple[Tensor, Ten
     values = values.cast(x.dtype)
   if not (x.requires_grad and type(x).grad_enabled and dtypes.is_float(x.dtype)): return values, indices
   sorted_values = values
-  return F.Composite.apply(x, fn=lambda _: sorted_values, gradient=lambda grad, out, _: (_unpermute(grad, indices),)), indices
+  return F.Composite.apply(x, fn=lambda _: sorted_values, gradient=lambda grad, out, _: (_unpermute(grad, indices, in_rows),)), indices
+
+
+def _sort_rows(words: Tensor) -> Tensor:
+  """uint64 words sorted along the last axis by their high 32 bits, stably, by one Ops.SORT kernel (the device's
+  renderer spells it; see minigrad.opt.sort_policy)."""
+  from minigrad.tensor.tensor import Tensor
+  rows = words.reshape(-1, words.shape[-1]).contiguous()
+  return Tensor(UOp(Ops.SORT, dtypes.uint64, (rows.uop,))).reshape(words.shape)
 
 
 def _padded_size(n: int) -> int: return 1 << (n - 1).bit_length()
@@ -175,17 +188,21 @@ def _sort_with_payload(key: Tensor, payload: Tensor) -> tuple[Tensor, Tensor]:
   return _first(sorted_payload, n), _first(position, n).cast(dtypes.int64)
 
 
-def _unpermute(grad: Tensor, indices: Tensor) -> Tensor:
-  """out[..., indices[..., i]] = grad[..., i] for a permutation `indices` of the last axis: grad sorted by index."""
-  return _sort_with_payload(indices.cast(dtypes.uint32), grad)[0]
+def _unpermute(grad: Tensor, indices: Tensor, in_rows: bool) -> Tensor:
+  """out[..., indices[..., i]] = grad[..., i] for a permutation `indices` of the last axis: grad sorted by index
+  (with `in_rows`, a gradient of at most 32 bits travels in the low half of (index << 32 | its bits))."""
+  if not in_rows or grad.dtype.itemsize > 4: return _sort_with_payload(indices.cast(dtypes.uint32), grad)[0]
+  bits = grad.cast(dtypes.float32).bitcast(dtypes.uint32).cast(dtypes.uint64)
+  words = _sort_rows((indices.cast(dtypes.uint64) << 32) | bits)
+  return (words & LOW32).cast(dtypes.uint32).bitcast(dtypes.float32).cast(grad.dtype)
 
 
 def _sort_last_axis(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
   n = x.shape[-1]
   key = order_key(x.detach(), descending)
-  rows = x.numel() // n
-  if n <= RANK_SORT_MAX_ROW and rows * n * n <= RANK_SORT_MAX_WORK: return _rank_sort(x, key)
-  return _network_sort(x, key, descending)
+  algorithm = sort_algorithm(Device[x.device].renderer, x.numel() // n, n, key.dtype.itemsize * 8)
+  if algorithm == "rank": return _rank_sort(x, key)
+  return _keyed_sort(x, key, descending, in_rows=algorithm == "rows")
 
 
 class SortMixin:

@@ -38,6 +38,7 @@ class Ops(Enum):
   # values
   CONST = auto(); CAST = auto(); BITCAST = auto()
   ARANGE = auto()   # a leaf whose element i is i: arange, RNG counters and index tricks, computed in the kernel
+  SORT = auto()     # uint64 words of each row (last axis) sorted by their high 32 bits, stably: a kernel of its own
   # unary ALU
   NEG = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIP = auto(); TRUNC = auto()
   # binary ALU
