@@ -108,7 +108,7 @@ def test_float16_decision():
   assert float16_mode(CompilerCapabilities(float16=False, f16c=False)) == "bits"
   assert float16_mode(CompilerCapabilities(float16=True, half_arithmetic=True, f16c=False)) == "bits"
   assert float16_mode(CompilerCapabilities(float16=False, f16c=False, half_bits=False)) is None
-  renderer = configure_renderer(CRenderer(), type("Fake", (), {"capabilities": CompilerCapabilities(float16=False, f16c=False), "description": "cc"})())
+  renderer = configure_renderer(CRenderer(), type("Fake", (), {"capabilities": CompilerCapabilities(float16=False, f16c=False), "description": "cc", "target": None})())
   assert (renderer.float16_mode, renderer.float16_unavailable, renderer.shufflevector, renderer.vector_lanes) == ("bits", "", True, True)
   assert renderer.type_name(dtypes.float16) == "unsigned short" and CRenderer().type_name(dtypes.float16) == "_Float16"
 

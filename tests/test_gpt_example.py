@@ -68,42 +68,10 @@ def test_tiny_model_overfits_a_short_text() -> None:
 
 
 def torch_copy(model: gpt.GPT):
-  """The same GPT in torch (nanoGPT's structure), with the minigrad model's weights."""
-  import torch
-  config = model.config
-
-  class Block(torch.nn.Module):
-    def __init__(self):
-      super().__init__()
-      self.norm1, self.norm2 = torch.nn.LayerNorm(config.width), torch.nn.LayerNorm(config.width)
-      self.qkv, self.proj = torch.nn.Linear(config.width, 3 * config.width), torch.nn.Linear(config.width, config.width)
-      self.up, self.down = torch.nn.Linear(config.width, 4 * config.width), torch.nn.Linear(4 * config.width, config.width)
-
-    def forward(self, x):
-      batch, length, width = x.shape
-      q, k, v = self.qkv(self.norm1(x)).reshape(batch, length, 3, config.heads, width // config.heads).permute(2, 0, 3, 1, 4)
-      attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-      x = x + self.proj(attended.permute(0, 2, 1, 3).reshape(batch, length, width))
-      return x + self.down(torch.nn.functional.gelu(self.up(self.norm2(x))))
-
-  class TorchGPT(torch.nn.Module):
-    def __init__(self):
-      super().__init__()
-      self.token_embedding = torch.nn.Embedding(config.vocab_size, config.width)
-      self.position_embedding = torch.nn.Embedding(config.context, config.width)
-      self.blocks = torch.nn.ModuleList([Block() for _ in range(config.layers)])
-      self.norm = torch.nn.LayerNorm(config.width)
-
-    def forward(self, tokens):
-      x = self.token_embedding(tokens) + self.position_embedding(torch.arange(tokens.shape[1]))
-      for block in self.blocks: x = block(x)
-      return self.norm(x) @ self.token_embedding.weight.T
-
-  reference = TorchGPT()
-  state = {name: torch.from_numpy(tensor.numpy().copy()) for name, tensor in gpt.get_state_dict(model).items()}
-  assert set(state) == set(reference.state_dict()), sorted(set(state) ^ set(reference.state_dict()))
-  reference.load_state_dict(state)
-  return reference
+  """The same GPT in torch (nanoGPT's structure), with the minigrad model's weights: the benchmark's peer
+  (bench/gpt_generate.py), so the model the speed figures compare with is the one checked here."""
+  from minigrad.bench.harness import _bench_module
+  return _bench_module("gpt_generate").torch_gpt(model)
 
 
 def test_loss_matches_torch_over_three_steps() -> None:

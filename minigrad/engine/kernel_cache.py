@@ -49,8 +49,12 @@ def package_version() -> str:
 
 
 def _renderer_settings(renderer: Any) -> str:
-  settings = {name: sorted(value.items()) if isinstance(value, dict) else value for name, value in vars(renderer).items()}
-  return type(renderer).__name__ + repr(sorted(settings.items()))
+  """The renderer's settings as text that is the same in every process: dicts sorted, a Target by its tuning key (its
+  repr holds sets, whose order changes with each process's string hashing)."""
+  def stable(value: Any) -> Any:
+    if isinstance(value, dict): return sorted(value.items())
+    return value.tuning_key if hasattr(value, "tuning_key") else value
+  return type(renderer).__name__ + repr(sorted((name, stable(value)) for name, value in vars(renderer).items()))
 
 
 def target_key(device: str) -> str:
