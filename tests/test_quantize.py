@@ -87,6 +87,19 @@ def test_weight_quantization_is_per_output_channel() -> None:
   assert (np.abs(w_q * scales[:, None] - w) <= scales[:, None] / 2 + 1e-7).all()
 
 
+
+def test_dequantized_weight_is_within_half_a_step_of_the_float_weight() -> None:
+  # QuantizedLinear/Conv2d.dequantized_weight(): the float32 weight the layer computes with, per output channel
+  layers = [nn.Linear(10, 4), nn.Conv2d(3, 5, 3)]
+  for layer in layers:
+    (quantized,) = quantize([layer], mode="dynamic")
+    w, scales = layer.weight.numpy(), quantized.weight_scale.numpy()
+    got = quantized.dequantized_weight()
+    assert got.dtype == np.float32 and got.shape == w.shape
+    step = scales.reshape((-1,) + (1,) * (w.ndim - 1))
+    assert (np.abs(got - w) <= step / 2 + 1e-7).all() and np.abs(got - w).max() > 0
+
+
 def test_dequantize_and_relu_fuse_into_the_matmul_kernel() -> None:
   """A static quantized Linear is two kernels (quantize the input; int8 matmul with its float epilogue), with or
   without a ReLU after it: the ReLU adds no kernel."""
