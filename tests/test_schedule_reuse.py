@@ -214,3 +214,21 @@ def test_a_templated_op_is_one_node_until_it_is_scheduled():
   torch_optimizer.step()
   np.testing.assert_allclose(w.numpy(), reference.detach().numpy(), rtol=1e-5, atol=2e-6)   # Adam's rounding differs
   np.testing.assert_allclose(optimizer.exp_avg[0].numpy(), torch_optimizer.state[reference]["exp_avg"].numpy(), rtol=1e-6)
+
+
+def test_a_step_does_not_recompute_the_forward_for_its_loss():
+  # a matmul's output is a view of the reduce its template stores; realizing the training step must leave it
+  # realized for the loss's own realize (as a plain `loss.item()` after `optimizer.step()` does), not recompute it
+  from minigrad.schedule import scheduler
+  from minigrad.uop.ops import Ops
+  x, w = Tensor(data(16, 32, seed=1)), Tensor(data(32, 8, seed=2), requires_grad=True)
+  optimizer = nn.optim.SGD([w], lr=0.1)
+  logits = x @ w
+  loss = logits.relu().sum()
+  loss.backward()
+  optimizer.step()
+  assert logits.uop.op is Ops.CALL and logits.uop in scheduler.realized
+  GlobalCounters.reset()
+  expected = np.maximum(data(16, 32, seed=1) @ data(32, 8, seed=2), 0).sum()
+  np.testing.assert_allclose(loss.numpy(), expected, rtol=1e-5)
+  assert GlobalCounters.kernel_count == 1   # the sum of the stored product, nothing more

@@ -399,8 +399,7 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   if any(g is not t for g, t in zip(graphs, targets)): structure = reuse.Structure(graphs)   # the graph scheduled
   inlined, origin = _inline_calls(graphs) if any(n.op is Ops.CALL for n in structure.nodes) else (graphs, {})
   items, becomes, stored = _schedule(dict(zip(targets, inlined)))
-  # the nodes stored are the graph's own (a template's inner nodes are nobody's): recorded and marked realized as such
-  if origin: stored = {node: view for n, view in stored.items() if (node := origin.get(n, n)) in structure.index}
+  if origin: stored = _stored_of_graph(stored, origin, structure.index)
   reuse.record(structure, items, [becomes[t] for t in targets], stored, time.perf_counter() - start)
   if values := bound_variables(structure.nodes): items = _with_values(items, values)
   if viz.profiling: trace.complete("schedule", "schedule", begin, kernels=len(items))
@@ -502,6 +501,19 @@ def _inline_calls(graphs: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp]]:
     done[node] = new
     if new is not node: origin[new] = node
   return [done[g] for g in graphs], origin
+
+
+def _stored_of_graph(stored: dict[UOp, UOp], origin: dict[UOp, UOp], nodes: dict[UOp, int]) -> dict[UOp, UOp]:
+  """The stored nodes of an inlined graph as nodes of the graph it came from (`origin`), to record and mark realized:
+  a template's inner nodes are nobody's, except that a CALL whose output is a view of a stored inner node (a
+  matmul's reduce, reshaped) holds that view of its buffer."""
+  kept = {node: view for n, view in stored.items() if (node := origin.get(n, n)) in nodes}
+  for new, node in origin.items():
+    if node.op is Ops.CALL and node not in kept and new.op is Ops.VIEW and (inner := stored.get(new.src[0])) is not None:
+      base, st = (inner.src[0], inner.arg) if inner.op is Ops.VIEW else (inner, ShapeTracker.from_shape(inner.shape))
+      st = st + new.arg
+      kept[node] = base if st.contiguous and st.shape == base.shape else UOp(Ops.VIEW, new.dtype, (base,), st)
+  return kept
 
 
 def mark_realized(stored: dict[UOp, UOp]) -> None:
