@@ -31,7 +31,7 @@ import time
 from minigrad.dtype import dtypes
 from minigrad.helpers import prod
 from minigrad.uop.ops import UOp, Ops, GroupOp, NodeTable, toposort
-from minigrad.uop.shapetracker import ShapeTracker, View, row_major_strides
+from minigrad.uop.shapetracker import ShapeTracker, View, row_major_strides, view_uop
 from minigrad.uop import variable
 from minigrad.uop.variable import extents_of, symbolic_shape, unbind
 from minigrad.schedule.packing import pack_operands
@@ -510,9 +510,7 @@ def _stored_of_graph(stored: dict[UOp, UOp], origin: dict[UOp, UOp], nodes: dict
   kept = {node: view for n, view in stored.items() if (node := origin.get(n, n)) in nodes}
   for new, node in origin.items():
     if node.op is Ops.CALL and node not in kept and new.op is Ops.VIEW and (inner := stored.get(new.src[0])) is not None:
-      base, st = (inner.src[0], inner.arg) if inner.op is Ops.VIEW else (inner, ShapeTracker.from_shape(inner.shape))
-      st = st + new.arg
-      kept[node] = base if st.contiguous and st.shape == base.shape else UOp(Ops.VIEW, new.dtype, (base,), st)
+      kept[node] = view_uop(inner, lambda st: st + new.arg)
   return kept
 
 

@@ -11,20 +11,11 @@ import math
 import operator
 from minigrad.dtype import DType
 from minigrad.uop.ops import UOp, Ops, toposort
-from minigrad.uop.shapetracker import ShapeTracker
+from minigrad.uop.shapetracker import ShapeTracker, view_uop
 from minigrad.uop.variable import state as variables, extents_of, symbolic_shape, user_shape, from_uop
 from minigrad import viz
 from minigrad.viz import source
 if TYPE_CHECKING: from minigrad.tensor.tensor import Tensor
-
-
-def view_uop(u: UOp, apply: Any) -> UOp:
-  """Apply a ShapeTracker method to a tensor-graph node: VIEWs stack into one VIEW over the base."""
-  # a node of symbolic shape (Variables) starts from a tracker with its size expressions
-  base, st = (u.src[0], u.arg) if u.op is Ops.VIEW and u.src else (u, ShapeTracker.from_shape(symbolic_shape(u)))
-  new_st = apply(st)
-  if new_st.contiguous and new_st.shape == base.shape: return base
-  return UOp(Ops.VIEW, u.dtype, (base,), new_st)
 
 
 _ctx_of, _requires_grad_of, _uop_of = operator.attrgetter("_ctx"), operator.attrgetter("requires_grad"), operator.attrgetter("uop")

@@ -14,7 +14,7 @@ of the previous view's shape. Adjacent views are merged whenever the pair is exp
 from __future__ import annotations
 import functools
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 import operator
 from minigrad.dtype import dtypes
 from minigrad.helpers import cached_hash, prod
@@ -22,7 +22,7 @@ from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.rewrite import graph_rewrite
 from minigrad.uop.symbolic import symbolic, split_terms
 from minigrad.uop.symbolic_view import has_symbolic, move_extents, split_starts, to_ir
-from minigrad.uop.variable import unbind, bound_values, rebind
+from minigrad.uop.variable import unbind, bound_values, rebind, symbolic_shape
 
 Mask = tuple[tuple[int, int], ...]
 
@@ -587,3 +587,12 @@ def _moved(tracker: ShapeTracker, how: str, arg: tuple) -> ShapeTracker:
 def _contiguous(shape: tuple[int, ...]) -> ShapeTracker:
   """The plain row-major ShapeTracker of `shape` (made often: every buffer's own view)."""
   return ShapeTracker((View.create(shape),))
+
+
+def view_uop(u: UOp, apply: Callable[[ShapeTracker], ShapeTracker]) -> UOp:
+  """A tensor-graph node seen through a movement (`apply` maps the tracker it is read with to the new one): VIEWs
+  stack into one VIEW over the base, and a contiguous view of the whole base is the base itself. A node of symbolic
+  shape (Variables) starts from a tracker with its size expressions."""
+  base, st = (u.src[0], u.arg) if u.op is Ops.VIEW and u.src else (u, ShapeTracker.from_shape(symbolic_shape(u)))
+  new_st = apply(st)
+  return base if new_st.contiguous and new_st.shape == base.shape else UOp(Ops.VIEW, u.dtype, (base,), new_st)
