@@ -18,7 +18,7 @@ A recorded schedule (`Recipe`) holds no node of any tensor graph, only positions
 the buffers the scheduler created, so it keeps no user's memory alive. The MAX_RECIPES most recently used are kept.
 """
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_
@@ -106,6 +106,7 @@ class Recipe:
   stored: tuple[tuple[int, Value], ...]                 # (walk position of a computed node, the buffer view holding it)
   seconds: float                                        # what scheduling the structure took the first time
   uses: list[int]                                       # how often it was reused (one counter, mutable)
+  run_plans: dict = field(default_factory=dict, compare=False)   # kept by the engine: how it ran (engine/eager.py)
 
 
 recipes: dict[_Key, Recipe] = {}
@@ -138,11 +139,16 @@ def record(structure: Structure, items: list, becomes: list[UOp], stored: dict[U
   while len(recipes) > MAX_RECIPES: del recipes[next(iter(recipes))]
 
 
+def find(structure: Structure) -> Recipe | None:
+  """The schedule recorded for this structure (now the most recently used), or None."""
+  if (recipe := recipes.pop(structure.key, None)) is not None: recipes[structure.key] = recipe
+  return recipe
+
+
 def replay(structure: Structure, make_item: Callable[..., Any]) -> tuple[list, list[UOp], dict[UOp, UOp]] | None:
   """The schedule recorded for this structure, on this graph's buffers: (items, what each target becomes, stored
   nodes), with new buffers for what the scheduler created; None if the structure wasn't seen (or was forgotten)."""
-  if (recipe := recipes.pop(structure.key, None)) is None: return None
-  recipes[structure.key] = recipe   # the most recently used last
+  if (recipe := find(structure)) is None: return None
   start = time.perf_counter()
   nodes = structure.nodes
   slots = nodes + [UOp.new_buffer(device, size, dtype) for device, size, dtype in reversed(recipe.new_buffers)]

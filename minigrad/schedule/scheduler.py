@@ -380,12 +380,13 @@ class _KernelBuilder:
     return [(s, view) for s in node.src]
 
 
-def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, UOp]]:
+def create_schedule(targets: list[UOp], structure: reuse.Structure | None = None) -> tuple[list[ScheduleItem], dict[UOp, UOp], dict[UOp, UOp]]:
   """Kernels (in run order) that compute `targets`; what each target becomes once they ran; and the nodes
   those kernels store, for `mark_realized` to record after the run (never before: a schedule may not run).
-  A graph of a structure scheduled before gets that schedule on its own buffers (minigrad.schedule.reuse)."""
+  A graph of a structure scheduled before gets that schedule on its own buffers (minigrad.schedule.reuse);
+  `structure`, when the caller has it, is `reuse.Structure(targets, realized)`."""
   begin = time.perf_counter() if viz.profiling else 0.0
-  structure = reuse.Structure(targets, realized)   # earlier results read from their buffers
+  if structure is None: structure = reuse.Structure(targets, realized)   # earlier results read from their buffers
   if (found := reuse.replay(structure, ScheduleItem)) is not None:
     items, becomes, stored = found
     if values := bound_variables(structure.nodes):   # the recipe's symbolic views hold the values of the call that recorded it

@@ -22,7 +22,8 @@ from minigrad.tensor.nn_ops import NNMixin
 from minigrad.tensor.sort_ops import SortMixin
 from minigrad.tensor.function import const_uop
 from minigrad.schedule.scheduler import create_schedule, buffer_view
-from minigrad.engine.realize import run_schedule, buffer_of, buffers, note_assign
+from minigrad.engine.realize import buffer_of, buffers, note_assign
+from minigrad.engine import eager
 from minigrad.runtime.device import Buffer, Device
 from minigrad.uop.variable import state as _variables, user_shape
 import minigrad.tensor.symbolic_shapes as S
@@ -123,11 +124,7 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
   # ---- realization ----
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`) now. `Tensor.realize(a, b)` realizes both in one schedule."""
-    tensors = (self,) + others
-    items, becomes, stored = create_schedule([t.uop for t in tensors])
-    for t in tensors: t.uop = becomes.get(t.uop, t.uop)
-    del becomes   # the old graphs die here unless something else holds them: their intermediates can share memory
-    run_schedule(items, stored, keep=[t.uop for t in tensors])
+    eager.realize((self,) + others)   # minigrad/engine/eager.py: the schedule, its run, and reuse of both
     return self
 
   def schedule(self, *others: Tensor) -> list:

@@ -120,6 +120,7 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple) -> Any:
 
 
 _buffer_ids = itertools.count()   # the one global counter: ids of BUFFER nodes
+_device_nodes: dict[str, UOp] = {}   # device name -> its DEVICE node, kept: every new BUFFER has one as its source
 
 
 # the live nodes by (op, dtype, src, arg, tag): weak references that remove their entry when the node dies. (A plain
@@ -223,7 +224,8 @@ class UOp(metaclass=_UOpCache):
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType) -> UOp:
     """A fresh BUFFER node (a unique id makes each one distinct)."""
-    return UOp(Ops.BUFFER, dtype, (UOp(Ops.DEVICE, arg=device),), (next(_buffer_ids), size))
+    if (device_node := _device_nodes.get(device)) is None: device_node = _device_nodes[device] = UOp(Ops.DEVICE, arg=device)
+    return UOp(Ops.BUFFER, dtype, (device_node,), (next(_buffer_ids), size))
 
   # ---- constructors ----
   @staticmethod
