@@ -13,6 +13,7 @@ import math
 import numpy as np
 from minigrad.dtype import dtypes
 from minigrad.tensor import Tensor
+import minigrad.tensor.function as F
 from minigrad.uop.ops import Ops
 from minigrad.nn import functional, optim, state
 from minigrad.tensor.conv import IntOrPair, _ntuple as _pair
@@ -38,8 +39,13 @@ class Linear:
   def __call__(self, x: Tensor) -> Tensor:
     if x.ndim == 0 or x.shape[-1] != self.weight.shape[1]:
       raise ValueError(f"Linear: input of shape {x.shape} doesn't end in in_features={self.weight.shape[1]}")
-    out = x.matmul(self.weight.T)
-    return out + self.bias if self.bias is not None else out
+    if self.bias is None: return F.differentiable("linear", _linear, x, self.weight)
+    return F.differentiable("linear", _linear, x, self.weight, self.bias)
+
+
+def _linear(x: Tensor, weight: Tensor, *bias: Tensor) -> Tensor:
+  out = x.matmul(weight.T)
+  return out + bias[0] if bias else out
 
 
 class Conv2d:

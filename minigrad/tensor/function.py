@@ -353,6 +353,29 @@ def templated(key: Any, fn: Any, *inputs: Tensor) -> tuple[Tensor, ...]:
   return tuple(Tensor(u) for u in _graph(key, fn, xs))
 
 
+def differentiable(key: Any, fn: Any, *inputs: Tensor) -> Tensor:
+  """fn(*inputs) (one Tensor, from Tensor ops without randomness) as one Function whose gradient is a template (see
+  `templated`): the graph backward would build through fn's ops, made once per key and input signature, so that
+  backward copies it instead of differentiating op by op. The forward is built op by op (its nodes are the ones
+  later graphs find computed: a template's inner results are not kept for them)."""
+  return Composite.apply(*inputs, fn=fn, gradient=lambda grad, y, *xs: templated((key, "gradient"), _chain_rule_of(fn), grad, *xs))
+
+
+def _chain_rule_of(fn: Any) -> Any:
+  """(grad, *xs) -> d fn / d x for each x, times grad: the chain rule through fn's ops on fresh leaves (zeros for
+  an input fn doesn't depend on, or that isn't a float)."""
+  def gradient(grad: Tensor, *xs: Tensor) -> tuple[Tensor, ...]:
+    from minigrad.tensor.tensor import Tensor
+    from minigrad.dtype import dtypes
+    previous, Tensor.grad_enabled = Tensor.grad_enabled, True
+    try:
+      leaves = [Tensor(x.uop, requires_grad=dtypes.is_float(x.dtype)) for x in xs]
+      grads = backpropagate(out, grad) if (out := fn(*leaves)).requires_grad else {}
+    finally: Tensor.grad_enabled = previous
+    return tuple(g if (g := grads.get(id(t))) is not None else t.zeros_like() for t in leaves)
+  return gradient
+
+
 def _graph(key: Any, fn: Any, xs: tuple[UOp, ...]) -> tuple[UOp, ...]:
   """fn's graph on xs: copied from the template built once per key and input signature; built op by op instead
   when an input has a symbolic shape (a template's stand-ins have fixed sizes, and what it builds on them, a

@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import Sequence
 import math
 import numpy as np
+from minigrad import viz
 from minigrad.dtype import dtypes
 from minigrad.tensor.function import Composite, templated
 from minigrad.helpers import prod
 from minigrad.tensor.tensor import Tensor
+from minigrad.tensor.math_ops import broadcast_shape, softmax_gradient
 from minigrad.tensor.conv import ArgumentError, IntOrPair, sliding_windows, conv, conv_transpose, max_pool, max_unpool, avg_pool
 from minigrad.tensor.einsum import einsum
 
@@ -275,17 +277,36 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     key, value = repeat_heads(key), repeat_heads(value)
   factor = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
   scores = (query @ key.transpose(-2, -1)) * factor
-  length, source = query.shape[-2], key.shape[-2]
-  if is_causal:
-    rows, cols = Tensor.arange(length, device=query.device), Tensor.arange(source, device=query.device)
-    attn_mask = rows.unsqueeze(-1) >= cols
-  if attn_mask is not None:
-    scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
-    nothing = scores.max(-1, keepdim=True).detach().eq(-math.inf)        # rows where every score is masked
-    weights = nothing.where(0.0, nothing.where(0.0, scores).softmax(-1))
+  if is_causal or (attn_mask is not None and attn_mask.dtype == dtypes.bool and scores.dtype in (dtypes.float32, dtypes.float64)
+                   and broadcast_shape(scores.shape, attn_mask.shape) == scores.shape):
+    weights = _masked_softmax(scores, None if is_causal else attn_mask)
+  elif attn_mask is not None:
+    weights = _softmax_of_masked(attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask)
   else: weights = scores.softmax(-1)
   if dropout_p > 0 and Tensor.training: weights = dropout(weights, dropout_p)
   return weights @ value
+
+
+def _softmax_of_masked(scores: Tensor) -> Tensor:
+  """softmax over the last axis of scores where masked entries are -inf; a row with every entry masked gives 0."""
+  nothing = scores.max(-1, keepdim=True).detach().eq(-math.inf)
+  return nothing.where(0.0, nothing.where(0.0, scores).softmax(-1))
+
+
+def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+  """Attention weights of float scores under a bool mask (None: causal, j <= i) broadcast to the scores' shape: one
+  Function whose forward is a template and whose gradient is softmax's, y * (g - sum(g * y)) (zero where masked)."""
+  if scores.dtype not in (dtypes.float32, dtypes.float64): return _masked_softmax_forward(scores, *(() if mask is None else (mask,)))
+  inputs = (scores,) if mask is None else (scores, mask)
+  return Composite.apply(*inputs, fn=_masked_softmax_forward, key=None if viz.capturing else ("masked softmax", mask is None),
+                         gradient=lambda grad, y, *xs: templated(("softmax gradient", -1), softmax_gradient(-1), grad, y) + (None,) * (len(xs) - 1))
+
+
+def _masked_softmax_forward(scores: Tensor, *mask: Tensor) -> Tensor:
+  if not mask:
+    rows, cols = Tensor.arange(scores.shape[-2], device=scores.device), Tensor.arange(scores.shape[-1], device=scores.device)
+    mask = (rows.unsqueeze(-1) >= cols,)
+  return _softmax_of_masked(mask[0].where(scores, -math.inf))
 
 
 # ---------------------------------------------------------------- dropout and normalization
@@ -307,11 +328,41 @@ def layer_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor 
     raise ValueError(f"layer_norm: normalized_shape {shape} doesn't match the trailing dims of input shape {x.shape}")
   for name, t in (("weight", weight), ("bias", bias)):
     if t is not None and t.shape != shape: raise ValueError(f"layer_norm: {name} has shape {t.shape}, expected {shape}")
-  axes = tuple(range(x.ndim - len(shape), x.ndim))
-  centered = x - x.mean(axes, keepdim=True)
-  out = centered * (centered.square().mean(axes, keepdim=True) + eps).rsqrt()
-  if weight is not None: out = out * weight
-  return out + bias if bias is not None else out
+  given = (weight is not None, bias is not None)
+  affine = tuple(t for t in (weight, bias) if t is not None)
+  if x.dtype not in (dtypes.float32, dtypes.float64) or any(t.dtype != x.dtype for t in affine):
+    return _layer_norm(len(shape), eps, given)(x, *affine)
+  # one Function: the forward and the gradient are templates (built once per shapes), the gradient a formula; while
+  # source lines are captured the forward is built op by op (the same nodes, each naming its own op)
+  key = (len(shape), eps, given)
+  return Composite.apply(x, *affine, fn=_layer_norm(*key), key=None if viz.capturing else ("layer_norm",) + key,
+                         gradient=lambda grad, y, *xs: templated(("layer_norm gradient",) + key, _layer_norm_gradient(*key), grad, *xs))
+
+
+def _layer_norm(dims: int, eps: float, given: tuple[bool, bool]):
+  """(x, weight?, bias?) -> x normalized over its last `dims` dims, scaled and shifted."""
+  def forward(x: Tensor, *affine: Tensor) -> Tensor:
+    axes = tuple(range(x.ndim - dims, x.ndim))
+    centered = x - x.mean(axes, keepdim=True)
+    out = centered * (centered.square().mean(axes, keepdim=True) + eps).rsqrt()
+    if given[0]: out = out * affine[0]
+    return out + affine[-1] if given[1] else out
+  return forward
+
+
+def _layer_norm_gradient(dims: int, eps: float, given: tuple[bool, bool]):
+  """(grad, x, weight?, bias?) -> the gradients of x, weight and bias. With x^ the normalized x, r = 1/sqrt(var + eps)
+  and h = grad * weight: d x = r * (h - mean(h) - x^ * mean(h * x^)); d weight = sum(grad * x^), d bias = sum(grad)
+  over the leading dims."""
+  def gradient(grad: Tensor, x: Tensor, *affine: Tensor) -> tuple[Tensor, ...]:
+    axes, leading = tuple(range(x.ndim - dims, x.ndim)), tuple(range(x.ndim - dims))
+    centered = x - x.mean(axes, keepdim=True)
+    scale = (centered.square().mean(axes, keepdim=True) + eps).rsqrt()
+    normalized = centered * scale
+    h = grad * affine[0] if given[0] else grad
+    dx = scale * (h - h.mean(axes, keepdim=True) - normalized * (h * normalized).mean(axes, keepdim=True))
+    return (dx,) + (((grad * normalized).sum(leading),) if given[0] else ()) + ((grad.sum(leading),) if given[1] else ())
+  return gradient
 
 
 def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,

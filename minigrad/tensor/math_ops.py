@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence, TYPE_CHECKING
 import math
 import numpy as np
 import minigrad.tensor.function as F
+from minigrad import viz
 import minigrad.tensor.symbolic_shapes as S
 from minigrad.uop.variable import state as variables, extents_of
 from minigrad.dtype import DType, DTypeError, dtypes, to_dtype, result_type
@@ -477,18 +478,19 @@ class MathMixin(UnaryMixin):
       total = x.sum(axis, keepdim)
       return total / count if count else total * math.nan
     return self._opmath(fn)
+  # softmax and log_softmax of float32/float64 are one Function each: the forward is a template (built once per
+  # shape, minigrad.tensor.function.Template) and so is the gradient, a formula in the output y. While source lines
+  # are captured the forward is built op by op (the same nodes), so that each carries its own op's name
   def softmax(self, axis: int = -1) -> Tensor:
     if self.ndim and self.shape[normalize_axis(axis, self.ndim)] == 0: return self._float()   # nothing to normalize
-    def fn(x: Tensor) -> Tensor:
-      e = (x - x.max(axis, keepdim=True))._exp_at_most_zero()
-      return e * e.sum(axis, keepdim=True).reciprocal()
-    return self._opmath(fn)
+    if self.dtype not in (dtypes.float32, dtypes.float64): return self._opmath(lambda x: _softmax(x, axis))
+    return F.Composite.apply(self, fn=lambda x: _softmax(x, axis), key=None if viz.capturing else ("softmax", axis),
+                             gradient=lambda grad, y, x: F.templated(("softmax gradient", axis), softmax_gradient(axis), grad, y))
   def log_softmax(self, axis: int = -1) -> Tensor:
     if self.ndim and self.shape[normalize_axis(axis, self.ndim)] == 0: return self._float()
-    def fn(x: Tensor) -> Tensor:
-      shifted = x - x.max(axis, keepdim=True)
-      return shifted - shifted._exp_at_most_zero().sum(axis, keepdim=True).log()
-    return self._opmath(fn)
+    if self.dtype not in (dtypes.float32, dtypes.float64): return self._opmath(lambda x: _log_softmax(x, axis))
+    return F.Composite.apply(self, fn=lambda x: _log_softmax(x, axis), key=None if viz.capturing else ("log_softmax", axis),
+                             gradient=lambda grad, y, x: F.templated(("log_softmax gradient", axis), log_softmax_gradient(axis), grad, y))
 
   # ---- linear algebra ----
   def dot(self, w: Tensor) -> Tensor: return self.matmul(w)
@@ -575,3 +577,20 @@ def _pow_gradient(grad: Tensor, y: Tensor, b: Tensor, e: Tensor) -> tuple[Tensor
   d_base = e.eq(0).where(0.0, e * b.pow(e - 1))
   d_exponent = (b.eq(0) & (e >= 0)).where(0.0, y * b.log())
   return grad * d_base, grad * d_exponent
+
+
+def _softmax(x: Tensor, axis: int) -> Tensor:
+  e = (x - x.max(axis, keepdim=True))._exp_at_most_zero()
+  return e * e.sum(axis, keepdim=True).reciprocal()
+
+def _log_softmax(x: Tensor, axis: int) -> Tensor:
+  shifted = x - x.max(axis, keepdim=True)
+  return shifted - shifted._exp_at_most_zero().sum(axis, keepdim=True).log()
+
+def softmax_gradient(axis: int) -> Callable[[Tensor, Tensor], Tensor]:
+  """d softmax: y * (g - sum(g * y)) over the axis."""
+  return lambda grad, y: y * (grad - (grad * y).sum(axis, keepdim=True))
+
+def log_softmax_gradient(axis: int) -> Callable[[Tensor, Tensor], Tensor]:
+  """d log_softmax: g - exp(y) * sum(g) over the axis."""
+  return lambda grad, y: grad - y.exp() * grad.sum(axis, keepdim=True)
