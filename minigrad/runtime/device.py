@@ -106,7 +106,8 @@ class Buffer:
 
   def allocate(self) -> Buffer:
     if self._allocator is None:
-      allocator = Device[self.device].allocator
+      # an opened device is read from the registry's dict directly (no lock: a dict read is atomic; called per buffer)
+      allocator = (Device._devices.get(self.device) or Device[self.device]).allocator
       self._opaque = allocator.alloc(self.nbytes)
       self._allocator = allocator
     return self

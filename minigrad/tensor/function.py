@@ -9,8 +9,8 @@ from typing import Any, TYPE_CHECKING
 import functools
 import math
 import operator
-from minigrad.dtype import DType
-from minigrad.uop.ops import UOp, Ops, toposort
+from minigrad.dtype import DType, truncate
+from minigrad.uop.ops import UOp, Ops, device_node, toposort
 from minigrad.uop.shapetracker import ShapeTracker, view_uop
 from minigrad.uop.variable import state as variables, extents_of, symbolic_shape, user_shape, from_uop
 from minigrad import viz
@@ -187,6 +187,15 @@ class Expand(Function):
     return view_uop(x, lambda st: st.expand(shape))
   def backward(self, grad: Tensor) -> Tensor: return grad.sum(self.axes, keepdim=True)
 
+class Broadcast(Function):
+  """Reshape to the shape's rank (leading 1s) and expand to it, in one op: a binary op's operand."""
+  def forward(self, x: UOp, shape: tuple[int, ...]) -> UOp:
+    self.input_shape = x.shape
+    ranked = (1,) * (len(shape) - len(x.shape)) + x.shape
+    self.axes = tuple(i for i, (old, new) in enumerate(zip(ranked, shape)) if old != new)
+    return view_uop(x, lambda st: st.reshape(ranked).expand(shape) if ranked != x.shape else st.expand(shape))
+  def backward(self, grad: Tensor) -> Tensor: return grad.sum(self.axes, keepdim=True).reshape(self.input_shape)
+
 class Pad(Function):
   def forward(self, x: UOp, padding: tuple[tuple[int, int], ...]) -> UOp:
     self.region = tuple((before, before + s) for (before, _), s in zip(padding, user_shape(x) if variables["in_use"] else x.shape))
@@ -219,7 +228,7 @@ class Contiguous(Function):
 
 def const_uop(value: Any, dtype: DType, device: str, shape: tuple[int, ...]) -> UOp:
   """A constant tensor-graph node of `shape`: one CONST, expanded by a VIEW (no memory)."""
-  const = UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), UOp.const(dtype, value).arg)
+  const = UOp(Ops.CONST, dtype, (device_node(device),), truncate(value, dtype.scalar()) if dtype.count == 1 else value)   # UOp.const's arg
   if not shape: return const
   return UOp(Ops.VIEW, dtype, (const,), _broadcast_scalar(shape))
 

@@ -192,9 +192,12 @@ def _place_every(t: Tensor, dim: int, start: int, step: int, size: int) -> Tenso
 
 
 def _apply_basic(t: Tensor, plan: _Plan) -> Tensor:
-  for dim, sel in enumerate(plan.selects):
-    if sel.flipped: t = t.flip(dim)
-    t = _take_every(t, dim, sel.start, sel.count, sel.step)
+  if not any(sel.flipped or (sel.step > 1 and sel.count > 1) for sel in plan.selects):   # windows only: one shrink
+    t = t.shrink([(sel.start, sel.start + sel.count) for sel in plan.selects])
+  else:
+    for dim, sel in enumerate(plan.selects):
+      if sel.flipped: t = t.flip(dim)
+      t = _take_every(t, dim, sel.start, sel.count, sel.step)
   shape = plan.basic_shape
   if 0 in shape and t.numel() != 0:   # a False index adds an empty dim: keep it as 1 until after the reshape
     t = t.reshape(tuple(max(s, 1) if kind == "new" else s for s, (kind, _) in zip(shape, plan.layout)))

@@ -79,6 +79,11 @@ class MathMixin(UnaryMixin):
       a, b = self.uop, other.uop
       if a.dtype is b.dtype and a.shape == b.shape and a.device == b.device and not (variables["in_use"] and extents_of(a) != extents_of(b)):
         return (other, self) if reverse else (self, other)   # (with Variables, the symbolic sizes must agree too)
+      if a.dtype is b.dtype and a.device == b.device and not variables["in_use"]:   # one dtype: each broadcast in one op
+        shape = broadcast_shape(a.shape, b.shape)
+        x = self if a.shape == shape else F.Broadcast.apply(self, shape=shape)
+        y = other if b.shape == shape else F.Broadcast.apply(other, shape=shape)
+        return (y, x) if reverse else (x, y)
     if isinstance(other, MathMixin):
       if other.device != self.device: raise RuntimeError(f"tensors on different devices: {self.device} and {other.device}")
       dt = result_type(_operand(self), _operand(other))

@@ -173,10 +173,12 @@ class Tensor(MathMixin, ReduceMixin, IndexMixin, CreationMixin, NNMixin, SortMix
     """Make this tensor hold `value` (same shape, dtype and device) from now on. Graphs built before keep the
     old value; `.grad` and `requires_grad` stay. Optimizers update parameters with it."""
     if not isinstance(value, Tensor): raise TypeError(f"assign expects a Tensor value, got {type(value).__name__}")
-    if value.shape != self.shape: raise ValueError(f"assign: value of shape {value.shape} doesn't match target of shape {self.shape}")
-    if value.dtype != self.dtype: raise ValueError(f"assign: value of dtype {value.dtype} doesn't match target of dtype {self.dtype}")
-    if value.device != self.device: raise ValueError(f"assign: value on {value.device} but target on {self.device}")
-    old, self.uop = self.uop, value.uop
+    old, new = self.uop, value.uop
+    if _variables["in_use"] or new.dtype is not old.dtype or new.shape != old.shape or new.device != old.device:   # checked in full
+      if value.shape != self.shape: raise ValueError(f"assign: value of shape {value.shape} doesn't match target of shape {self.shape}")
+      if value.dtype != self.dtype: raise ValueError(f"assign: value of dtype {value.dtype} doesn't match target of dtype {self.dtype}")
+      if value.device != self.device: raise ValueError(f"assign: value on {value.device} but target on {self.device}")
+    self.uop = new
     note_assign(self, old)   # lets TinyJit see carried state and notice constants that changed
     return self
 

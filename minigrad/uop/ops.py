@@ -120,7 +120,13 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple) -> Any:
 
 
 _buffer_ids = itertools.count()   # the one global counter: ids of BUFFER nodes
-_device_nodes: dict[str, UOp] = {}   # device name -> its DEVICE node, kept: every new BUFFER has one as its source
+_device_nodes: dict[str, UOp] = {}   # device name -> its DEVICE node, kept: new BUFFERs and constants have one as source
+
+
+def device_node(name: str) -> UOp:
+  """The DEVICE node of a device name (made once, kept)."""
+  if (node := _device_nodes.get(name)) is None: node = _device_nodes[name] = UOp(Ops.DEVICE, arg=name)
+  return node
 
 
 # the live nodes by (op, dtype, src, arg, tag): weak references that remove their entry when the node dies. (A plain
@@ -224,8 +230,7 @@ class UOp(metaclass=_UOpCache):
   @staticmethod
   def new_buffer(device: str, size: int, dtype: DType) -> UOp:
     """A fresh BUFFER node (a unique id makes each one distinct)."""
-    if (device_node := _device_nodes.get(device)) is None: device_node = _device_nodes[device] = UOp(Ops.DEVICE, arg=device)
-    return UOp(Ops.BUFFER, dtype, (device_node,), (next(_buffer_ids), size))
+    return UOp(Ops.BUFFER, dtype, (device_node(device),), (next(_buffer_ids), size))
 
   # ---- constructors ----
   @staticmethod
