@@ -31,6 +31,9 @@ from minigrad.engine.memory import PooledBuffer, plan_memory
 from minigrad import viz
 
 
+MAX_RUN_PLANS = 8   # kept per structure, one per pattern of alive stored nodes (a loop has one or two): the oldest goes first
+
+
 @dataclass
 class _Kernels:
   """What every call of a structure shares: where each kernel's buffers are in the call's flat list of Buffers (the
@@ -124,6 +127,7 @@ def _run(tensors: Sequence[Any], structure: reuse.Structure, recipe: reuse.Recip
   alive = tuple(ref() is not None for ref, _ in stored)
   if (plan := recipe.run_plans.get(alive)) is None:
     plan = recipe.run_plans[alive] = _plan(recipe, kernels, [v for (_, v), live in zip(stored, alive) if live])
+    if len(recipe.run_plans) > MAX_RUN_PLANS + 1: del recipe.run_plans[next(k for k in recipe.run_plans if k != "kernels")]
   flat.extend([None] * len(new_buffers))
   base, runtime_buffer = len(kernels.inputs), engine.buffers
   for j in plan.kept:
