@@ -17,7 +17,7 @@ views are rebound per call), and for kernels that don't run on the CPU thread po
 """
 from __future__ import annotations
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from typing import Any, Callable, Sequence
 import weakref
 from minigrad.helpers import BEAM, DEBUG
@@ -31,6 +31,7 @@ from minigrad.engine.memory import PooledBuffer, plan_memory
 from minigrad import viz
 
 
+_allocated = methodcaller("allocate")   # a Buffer's allocate(), its subclass's own (PooledBuffer) included
 MAX_RUN_PLANS = 8   # kept per structure, one per pattern of alive stored nodes (a loop has one or two): the oldest goes first
 
 
@@ -117,7 +118,7 @@ def _gather(indices: list[int]) -> Callable[[list], tuple]:
 def _run(tensors: Sequence[Any], structure: reuse.Structure, recipe: reuse.Recipe) -> None:
   kernels: _Kernels = recipe.run_plans["kernels"]
   nodes, new_buffers = structure.nodes, recipe.new_buffers
-  flat: list = list(map(Buffer.allocate, map(engine.buffer_of, map(nodes.__getitem__, kernels.inputs))))
+  flat: list = list(map(_allocated, map(engine.buffer_of, map(nodes.__getitem__, kernels.inputs))))
   node_at = {slot: nodes[slot] for slot in kernels.seen}   # slot -> the node a result is seen through (reuse.Value)
   for j in kernels.targets_new: node_at[-1 - j] = UOp.new_buffer(*new_buffers[j])
   becomes = [node_at[v] if v.__class__ is int else UOp(Ops.VIEW, v[1], (node_at[v[0]],), v[2]) for v in recipe.becomes]
