@@ -661,10 +661,11 @@ def test_pooling_windows_without_lanes_are_unrolled():
 
 @pytest.mark.parametrize("target, opts", [
   # 16 lanes along x, the window unrolled; the weights of a tile of channels stay in cache while the output rows
-  # sweep them, so only input vectors count: 16 output channels x 1 row loads 3 rows x 3 shifts per 144 multiply-adds
-  (AVX512, [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 16), Opt("UNROLL", 2, 3), Opt("UNROLL", 1, 3)]),
-  # AVX2: 8 lanes, 8 output channels x 1 row (16 don't fit in 12 accumulators): 9 loads per 72 multiply-adds
-  (AVX2, [Opt("UPCAST", 3, 8), Opt("UPCAST", 1, 8), Opt("UNROLL", 2, 3), Opt("UNROLL", 1, 3)]),
+  # sweep them, so their broadcasts count a third of a load: 8 output channels x 2 rows load 4 rows x 3 shifts
+  # (the shifted ones masked) and 72 weights per 144 multiply-adds, fewer than 16 x 1 (3 rows, 144 weights)
+  (AVX512, [Opt("UPCAST", 3, 16), Opt("UPCAST", 1, 8), Opt("UPCAST", 2, 2), Opt("UNROLL", 2, 3), Opt("UNROLL", 1, 3)]),
+  # AVX2: 8 lanes, 4 output channels x 2 rows (12 accumulators at most): 4 rows x 3 shifts and 36 weights per 72
+  (AVX2, [Opt("UPCAST", 3, 8), Opt("UPCAST", 1, 4), Opt("UPCAST", 2, 2), Opt("UNROLL", 2, 3), Opt("UNROLL", 1, 3)]),
 ], ids=["avx512", "avx2"])
 def test_conv_tile_keeps_the_weights_in_cache(target, opts, monkeypatch):
   x, w = arr(2, 16, 16, 16), arr(16, 16, 3, 3)
@@ -678,3 +679,35 @@ def test_conv_tile_keeps_the_weights_in_cache(target, opts, monkeypatch):
   out, _ = run_with(Tensor(x).conv2d(Tensor(w), padding=1), kernel.applied_opts)
   np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=1).numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", [AVX512, AVX2], ids=["avx512", "avx2"])
+def test_conv_tile_pads_no_channels(target, monkeypatch):
+  # 256 output channels: a tile of 3 or 6 channels would pad them to 258, and each weight broadcast would then be
+  # gated; a window tile takes whole channels instead
+  x, w = arr(1, 256, 8, 8), arr(256, 256, 3, 3)
+  with monkeypatch.context() as patched:
+    pin_policy_target(patched, target)
+    (item,) = Tensor(x).conv2d(Tensor(w), padding=1).schedule()
+  kernel = decide(item.ast, target)
+  opts = kernel.applied_opts
+  assert not any(o.op == "PADTO" for o in opts) and any(o.op == "UNROLL" for o in opts), opts
+  import torch
+  expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+  out, _ = run_with(Tensor(x).conv2d(Tensor(w), padding=1), kernel.applied_opts)
+  np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("target", [AVX512, AVX2, SSE2], ids=["avx512", "avx2", "sse2"])
+def test_tile_unrolls_a_reduce_gathered_from_parts(target):
+  # rows of a gathered from per-head parts (the gradient of q, k and v, (3, heads, tokens, head size), read as a
+  # (tokens, 3 * heads * head size) matrix): a's index along k isn't affine, so the tile's reduce loop takes 4 trips
+  # per loop trip and computes the index's divisions once for them
+  a_np, w_np = arr(3, 4, 64, 32), arr(384, 128)
+  build = lambda: Tensor(a_np).permute(2, 0, 1, 3).reshape(64, 384) @ Tensor(w_np)
+  (item,) = build().schedule()
+  kernel = decide(item.ast, target)
+  assert Opt("UNROLL", 0, 4) in kernel.applied_opts and kernel.axis_kinds.count("upcast") >= 2, kernel.applied_opts
+  out, _ = run_with(build(), kernel.applied_opts)
+  expected = a_np.transpose(2, 0, 1, 3).reshape(64, 384) @ w_np
+  np.testing.assert_allclose(out.reshape(64, 128), expected, rtol=1e-4, atol=1e-4)

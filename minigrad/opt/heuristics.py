@@ -20,14 +20,19 @@ they use come from the kernel's Target through minigrad/opt/cpu_policy.py (AVX2:
      loads read row 0 instead of branching, see Kernel.padding_only). Of the candidates, the one with the fewest
      loads per multiply-add in a trip of the reduce loop wins; loads whose indices coincide count once, so a 3x3
      window's overlapping input rows are shared between output rows, masked loads (padding) count 3, and loads of
-     an input that stays in cache from one tile to the next count nothing (a convolution's weights: its best tile
-     is 16 output channels x 1 row, 16 multiply-adds per input vector, each weight broadcast inside its FMA).
+     an input that stays in cache from one tile to the next count RESIDENT_LOAD_COST (a convolution's weights,
+     each broadcast inside its FMA: no cache miss, but a load slot), so a convolution's tile balances weights and
+     input vectors (32 output rows of 64 channels: 8 channels x 2 rows with AVX-512, 4 x 2 with AVX2). A tile with
+     an unrolled window pads no dim.
      A tile that would fetch MAX_STREAMED_LINES cache lines or more from L2 per multiply-add is passed over
      for the next best one: a weight gradient dy.T @ x (256x784 over a batch of 128) with 7 vectors x 2 rows
      reads 7 new lines of x per 14 multiply-adds and runs at half the speed of 1 vector x 16 rows, whose 16
      weights per trip come from one cache line that stays in L1.
   3. short reduce dims (a 3x3 window) are unrolled whole when a longer reduce loop remains: more independent
      work per loop trip, shared loads, and the masks of padded loads stop depending on the loop.
+     3a. a tile's reduce loop along which an input's index isn't affine (rows gathered from parts, as the gradient
+     of q, k and v per head read as one matrix) takes GATHERED_UNROLL trips per loop trip, so the index's
+     divisions and remainders are computed once for them.
   4. loop order, in a matrix product: the output dim the biggest per-tile input doesn't depend on runs
      innermost, so that input stays in cache while the tiles sweep along it (a matmul's packed column panel,
      see minigrad.schedule.packing), when the other dim has enough tiles to share out to the threads.
@@ -66,7 +71,9 @@ MAX_PAD_WASTE = 1 / 64     # a tile's rows may pad their dim (PADTO) by up to th
 MAX_ONE_HOT_VECTORS = 64   # vectors added under one IF by a one-hot sum (rule 8)
 MAX_UNROLLED_REDUCE = 4    # reduce dims up to this size are unrolled whole
 ROW_UNROLL = 4             # vectors per loop trip in a row reduction: a shorter chain through the accumulator
+GATHERED_UNROLL = 4        # trips per loop trip of a tile's reduce loop along which an input's index isn't affine
 MASKED_LOAD_COST = 3       # a padded vector load: its lane mask and the masked load (measured: conv tiles rank right)
+RESIDENT_LOAD_COST = 1 / 3  # a load of an input that stays in cache (a convolution's weights, broadcast into their FMAs)
 MIN_OUTER_TRIPS = 8        # a matrix product's column tiles run outermost (shared by the threads) from this many on
 FUSED_MIN_ROWS = 64        # a fused-reduce kernel with this many rows takes two per outer loop trip
 MIN_REUSE_TILES = 8        # an input part that stays in cache (see cached_bytes) when this many consecutive tiles read it
@@ -311,6 +318,9 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
       if prod(amounts.values()) + _live_loads(k, amounts, order) > k.target.vector_registers: continue
       shape = tuple(pads.get(a, size) for a, size in enumerate(k.full_shape))
       opts = [Opt("PADTO", a, amounts[a]) for a in pads] + _upcasts(globals_, [(a, amounts[a]) for a in order if a in amounts], shape) + unrolls
+      # a tile with an unrolled window (a convolution) pads no dim: 256 output channels padded to 258 for 3 x 4 tiles
+      # measured 2.6x slower with AVX2 than 4 x 2 tiles on the 256
+      if unrolled and pads: continue
       resident = _resident_inputs(k, amounts) if unrolled else frozenset()
       score = _tile_cost_from_strides(k, amounts, unrolled, resident)
       if score is None or pads:   # an index not affine in a dim before the split, or padding: count on the split kernel
@@ -325,7 +335,18 @@ def _register_tile(k: Kernel, lane_remainder: int | None, min_reuse: float = 0.0
   if not tiled: return False
   chosen = next((t for t in tiled if _streamed_lines(t) < MAX_STREAMED_LINES), tiled[0])
   for opt in chosen.applied_opts[len(k.applied_opts):]: k.apply_opt(opt)
+  _unroll_gathered_reduce(k)
   return True
+
+
+def _unroll_gathered_reduce(k: Kernel) -> None:
+  """3a. a tile's reduce loop along which an input's index isn't affine (its rows gathered from parts: the gradient of
+  q, k and v laid out per head, read as one matrix) runs GATHERED_UNROLL trips per loop trip: the index's divisions
+  and remainders are computed once for them instead of for each (the GPT's q, k, v input gradient about 1.4x faster
+  with AVX2)."""
+  reduces = k.axes_of("reduce")
+  if len(reduces) != 1 or k.full_shape[reduces[0]] % GATHERED_UNROLL or k.full_shape[reduces[0]] < 2 * GATHERED_UNROLL: return
+  if any(index_strides(st)[reduces[0]] is None for st in _loop_loads(k)): k.apply_opt(Opt("UNROLL", 0, GATHERED_UNROLL))
 
 
 def _live_loads(k: Kernel, amounts: dict[int, int], order: list[int | None]) -> int:
@@ -385,19 +406,18 @@ def _streamed_lines(k: Kernel) -> float:
   return lines / fmas
 
 
-def _loop_loads(k: Kernel, resident: frozenset[int] = frozenset()) -> list[ShapeTracker]:
-  """The inputs read inside the reduce loop (an input that doesn't depend on it is loaded once, before the loop),
-  except the `resident` ones (indices into k.sts, see _resident_inputs)."""
+def _loop_loads(k: Kernel) -> list[ShapeTracker]:
+  """The inputs read inside the reduce loop (an input that doesn't depend on it is loaded once, before the loop)."""
   reduce_dims = [d for d in range(k.first_reduce, k.shape_len) if k.axis_kinds[d] in ("reduce", "unroll")]
-  return [st for i, st in enumerate(k.sts) if st is not k.output_st and i not in resident and any(index_strides(st)[d] != 0 for d in reduce_dims)]
+  return [st for st in k.sts if st is not k.output_st and any(index_strides(st)[d] != 0 for d in reduce_dims)]
 
 
 def _resident_inputs(k: Kernel, amounts: dict[int, int]) -> frozenset[int]:
   """The inputs (indices into k.sts) that stay in cache from one tile to the next, so their loads cost a tile
-  nothing: the innermost global dims don't index them for MIN_REUSE_TILES consecutive tiles, and one tile's part of
-  them over the whole reduce loop fits in cached_bytes (a convolution's weights for a tile of output channels, which
-  the output positions sweep; measured, 3x3 with 64/128/256 input channels: 16 channels x 1 row beats 4 x 4,
-  which loads fewer weights but more input vectors, by 7-11% per core). Used for kernels with an unrolled window
+  only RESIDENT_LOAD_COST: the innermost global dims don't index them for MIN_REUSE_TILES consecutive tiles, and one
+  tile's part of them over the whole reduce loop fits in cached_bytes (a convolution's weights for a tile of output channels, which
+  the output positions sweep; 3x3 with 64 and 128 channels on both threads: 8 channels x 2 rows beats 16 x 1 row,
+  which loads fewer input vectors but more weights, by 15-20% with AVX-512). Used for kernels with an unrolled window
   only: a batched matrix product's rows would pass too, but 16 rows x 1 vector measured 15% slower there than
   4 x 4. In a matrix product (two global dims) rule 4 runs the rows innermost, so neither operand stays."""
   globals_ = k.axes_of("global")
@@ -444,13 +464,21 @@ def _tile_cost_from_strides(k: Kernel, upcasts: dict[int, int], unrolled: list[i
   unsplit kernel: the inner part of a split dim keeps its stride. None if some index isn't affine there."""
   accumulators = prod(upcasts.values())
   fmas = accumulators * prod(k.full_shape[a] for a in unrolled)
-  loads = 0
-  for st in _loop_loads(k, resident):
+  loads = 0.0
+  for st, cost in _loop_load_costs(k, k.shape_len - 1, resident):
     strides = index_strides(st)
     tile = [(strides[a], n) for a, n in upcasts.items()] + [(strides[a], k.full_shape[a]) for a in unrolled]
     if any(stride is None for stride, _ in tile): return None
-    loads += _count_loads(tile) * _load_cost(st, k.shape_len - 1)
+    loads += _count_loads(tile) * cost
   return (loads / fmas, -accumulators)
+
+
+def _loop_load_costs(k: Kernel, lane_dim: int, resident: frozenset[int]) -> list[tuple[ShapeTracker, float]]:
+  """The inputs read inside the reduce loop, each with what one of its loads costs: a `resident` input's (one that
+  stays in cache, see _resident_inputs: a convolution's weights) RESIDENT_LOAD_COST, since a broadcast from L1 still
+  takes a load slot, others 1 or MASKED_LOAD_COST (_load_cost)."""
+  resident_sts = [k.sts[i] for i in resident]
+  return [(st, RESIDENT_LOAD_COST if st in resident_sts else _load_cost(st, lane_dim)) for st in _loop_loads(k)]
 
 
 def _load_cost(st: ShapeTracker, lane_dim: int) -> int:
@@ -471,12 +499,12 @@ def valid_dims(st: ShapeTracker) -> frozenset[int]:
 def _tile_cost(k: Kernel, resident: frozenset[int] = frozenset()) -> tuple[float, int]:
   """(loads per multiply-add in one reduce-loop trip, -accumulators): smaller is better. The first upcast dim
   is the SIMD lanes; the other upcast dims make accumulators, the unrolled dims multiply-adds per accumulator.
-  Loads of the `resident` inputs (indices into k.sts) don't count."""
+  Loads of the `resident` inputs (indices into k.sts) count RESIDENT_LOAD_COST."""
   lanes = k.first_upcast
   tile_dims = [d for d in range(lanes + 1, k.shape_len)]
   accumulators = prod(k.full_shape[d] for d in tile_dims if k.axis_kinds[d] == "upcast")
   fmas = accumulators * prod(k.full_shape[d] for d in tile_dims if k.axis_kinds[d] == "unroll")
-  loads = sum(_count_loads([(index_strides(st)[d], k.full_shape[d]) for d in tile_dims]) * _load_cost(st, lanes) for st in _loop_loads(k, resident))
+  loads = sum(_count_loads([(index_strides(st)[d], k.full_shape[d]) for d in tile_dims]) * cost for st, cost in _loop_load_costs(k, lanes, resident))
   return (loads / fmas, -accumulators)
 
 
