@@ -111,7 +111,7 @@ def torch_gpt(model: gpt.GPT):
           tokens.append(gpt.sample(logits, temperature, None, rng))
           if index == count - 1: break
           if position == context:
-            window = tokens[-(context // 2 + 1):]
+            window = tokens[-gpt.refill_length(context):]
             logits, position = self.prefill(window), len(window)
           else:
             logits = self.decode(tokens[-1], position)
@@ -132,7 +132,7 @@ def prompt_tokens() -> list[int]:
 
 def generation_runners(count: int) -> tuple[dict[str, Callable[[], list[int]]], dict[str, Callable[[], float]]]:
   """(library -> generate `count` tokens after the prompt, library -> seconds to the first token), for minigrad
-  (Generator with the position as a Variable) and torch (hand-written KV-cache). Both warm up first."""
+  (Generator with the token and position as Variables) and torch (hand-written KV-cache). Both warm up first."""
   model, prompt = baby_model(), prompt_tokens()
   generator = gpt.Generator(model, symbolic=True)
   runs: dict[str, Callable[[], list[int]]] = {"minigrad": lambda: generator.generate(prompt, count, seed=0)}

@@ -22,33 +22,31 @@ Input text: --data FILE, else $TINYSHAKESPEARE, else ../shared/datasets/tinyshak
 repository, else the cached copy ~/.cache/minigrad/tinyshakespeare/input.txt, else a download (md5 checked). Offline
 and without the file, one line says so and the model trains on a short sample of text built into this file.
 
-Generation (`--generate N`): each block keeps a preallocated key/value cache of --context positions. The prompt,
-padded to --context, is processed in one pass that fills the caches; then one token per step. A step gets its position
-as a bound `Variable("pos", 0, context - 1)` (symbolic shapes): it writes the new key and value into the cache row
-with `cache[:, :, pos:pos+1] = k` (setitem of a window at a symbolic start: one kernel per cache, `pos` its argument;
-tensors don't alias, so the kernel writes the cache's next buffer with that row replaced) and attends to the rows
-`cache[:, :, :pos+1]` (a symbolic length), so the attention kernels loop only that far and one compiled kernel set
-serves every position (`Generator(model, symbolic=False)` rewrites the cache with a `where` over a position tensor and
-masks all of it instead); the prefill gets the prompt's length as a tensor. Both run under TinyJit (the decode step
-replays its kernels with the new value of `pos`), so after the first tokens no kernel is compiled any more (DEBUG>=1
-prints the count of compiled kernels after each token). When the cache is full, the last half of the context is
+Generation (`--generate N`): the keys and values of every block sit in one preallocated cache tensor, (layers, 2,
+batch, heads, context, head size). The prompt, padded to a quarter, half or all of --context (the first that holds
+it; one kernel set each), fills the cache in one pass; then one token per step. A step gets its token and position as
+bound Variables (symbolic shapes: nothing is copied in): the embeddings are rows of their tables at them, each block's
+new key and value replace the cache row `pos` (`where(row == pos, new, cache)`), and attention reads the rows
+`[:pos+1]` only (a symbolic length), so one compiled kernel set serves every token and position
+(`Generator(model, symbolic=False)` takes them as tensors and masks all the rows instead). The updated cache is
+stored by one kernel per step (tensors don't alias: it writes the cache's next buffer). Both run under TinyJit, so
+after the first tokens no kernel is compiled any more (DEBUG>=1 prints the count of compiled kernels after each
+token). At generation's small sizes the LayerNorms take their mean and variance from one reduction and the GELU gets
+a kernel of its own (training keeps the plain layers). When the cache is full, the last half of the context is
 processed again as a new prompt (the position embeddings only go up to --context).
 Sampling is seeded (--seed) and happens on the host, with --temperature and --top-k.
 """
 from __future__ import annotations
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 import argparse
 import contextlib
-import hashlib
 import io
 import json
 import math
-import os
 import pathlib
 import sys
 import time
-import urllib.request
 import numpy as np
 from tqdm import tqdm
 from minigrad import Device, Tensor, TinyJit, Variable, nn
@@ -57,100 +55,8 @@ from minigrad.engine import realize
 from minigrad.helpers import DEBUG
 from minigrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_metadata, safe_save
 
-TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
-TINYSHAKESPEARE_MD5 = "6fb458f1232090904fb40fe944165e91"
-SHARED_COPY = pathlib.Path(__file__).resolve().parents[2] / "shared" / "datasets" / "tinyshakespeare" / "input.txt"
-CACHED_COPY = pathlib.Path.home() / ".cache" / "minigrad" / "tinyshakespeare" / "input.txt"
-# the offline fallback: public-domain lines (Sonnet 18 and Hamlet's soliloquy), repeated to make a few KB of text
-SAMPLE_TEXT = """Shall I compare thee to a summer's day?
-Thou art more lovely and more temperate:
-Rough winds do shake the darling buds of May,
-And summer's lease hath all too short a date;
-Sometime too hot the eye of heaven shines,
-And often is his gold complexion dimm'd;
-And every fair from fair sometime declines,
-By chance or nature's changing course untrimm'd;
-But thy eternal summer shall not fade,
-Nor lose possession of that fair thou ow'st;
-Nor shall death brag thou wander'st in his shade,
-When in eternal lines to time thou grow'st:
-So long as men can breathe or eyes can see,
-So long lives this, and this gives life to thee.
-
-HAMLET:
-To be, or not to be, that is the question:
-Whether 'tis nobler in the mind to suffer
-The slings and arrows of outrageous fortune,
-Or to take arms against a sea of troubles
-And by opposing end them. To die: to sleep;
-No more; and by a sleep to say we end
-The heart-ache and the thousand natural shocks
-That flesh is heir to, 'tis a consummation
-Devoutly to be wish'd.
-"""
-
-
-# ---------------------------------------------------------------- text
-
-@dataclass
-class Text:
-  """The training text, where it came from, and its character vocabulary."""
-  text: str
-  source: str
-  chars: str = ""
-
-  def __post_init__(self) -> None:
-    if not self.chars: self.chars = "".join(sorted(set(self.text)))
-
-  def encode(self, text: str) -> np.ndarray:
-    index = {c: i for i, c in enumerate(self.chars)}
-    unknown = sorted(set(text) - set(index))
-    if unknown: raise ValueError(f"characters {''.join(unknown)!r} are not in the model's vocabulary of {len(self.chars)} characters")
-    return np.array([index[c] for c in text], dtype=np.int32)
-
-  def decode(self, tokens: Sequence[int]) -> str: return "".join(self.chars[int(t)] for t in tokens)
-
-
-def _md5(data: bytes) -> str: return hashlib.md5(data).hexdigest()
-
-
-def load_text(path: str | None = None, download: bool = True) -> Text:
-  """--data (any text file), $TINYSHAKESPEARE, the shared copy, the cached copy, a download into the cache (md5
-  checked), else the built-in sample, announced in one line."""
-  if path is not None:
-    if not pathlib.Path(path).is_file(): raise FileNotFoundError(f"--data: no such file {path}")
-    return Text(pathlib.Path(path).read_text(encoding="utf-8"), str(path))
-  candidates = [pathlib.Path(p) for p in (os.environ.get("TINYSHAKESPEARE"),) if p] + [SHARED_COPY, CACHED_COPY]
-  for candidate in candidates:
-    if candidate.is_file():
-      data = candidate.read_bytes()
-      if _md5(data) != TINYSHAKESPEARE_MD5:
-        print(f"warning: {candidate} is not the usual Tiny Shakespeare (md5 {_md5(data)}); using it anyway")
-      return Text(data.decode("utf-8"), f"Tiny Shakespeare ({candidate})")
-  reason = f"not in {', '.join(map(str, candidates))}"
-  if download:
-    try:
-      with urllib.request.urlopen(TINYSHAKESPEARE_URL, timeout=10) as response: data = response.read()
-      if _md5(data) != TINYSHAKESPEARE_MD5: raise ValueError(f"downloaded file has md5 {_md5(data)}, expected {TINYSHAKESPEARE_MD5}")
-      CACHED_COPY.parent.mkdir(parents=True, exist_ok=True)
-      partial = CACHED_COPY.with_suffix(".part")
-      partial.write_bytes(data)
-      partial.replace(CACHED_COPY)   # atomic: a broken download never looks like the file
-      return Text(data.decode("utf-8"), f"Tiny Shakespeare (downloaded to {CACHED_COPY})")
-    except (OSError, ValueError) as error: reason += f"; download failed: {str(error).splitlines()[0][:120]}"
-  print(f"Tiny Shakespeare not available ({reason}); training on the built-in sample text instead")
-  return Text(SAMPLE_TEXT * 8, "built-in sample text")
-
-
-def random_batch(tokens: np.ndarray, batch_size: int, context: int, rng: np.random.Generator, rank: int = 0,
-                 world_size: int = 1) -> tuple[np.ndarray, np.ndarray]:
-  """batch_size random windows of context tokens (inputs) and the same windows one token later (targets). With
-  world_size > 1: the start positions of batch_size * world_size windows are drawn (the same on every rank, from the
-  same seeded rng) and rank `rank` gets its slice of batch_size of them."""
-  if len(tokens) <= context: raise ValueError(f"the text has {len(tokens)} tokens: need more than --context={context}")
-  starts = rng.integers(0, len(tokens) - context, batch_size * world_size)[rank * batch_size:(rank + 1) * batch_size]
-  windows = np.stack([tokens[s:s + context + 1] for s in starts])
-  return windows[:, :-1].copy(), windows[:, 1:].copy()
+import text_data   # the training text: Tiny Shakespeare or the built-in sample (examples/text_data.py)
+from text_data import SAMPLE_TEXT, Text, load_text, random_batch  # noqa: F401 (SAMPLE_TEXT: for the tests)
 
 
 # ---------------------------------------------------------------- model
@@ -183,9 +89,22 @@ def _linear(rng: np.random.Generator, fan_in: int, fan_out: int, std: float = 0.
   return layer
 
 
+def layer_norm_in_two_kernels(norm: nn.LayerNorm, x: Tensor) -> Tensor:
+  """norm(x) over the last axis, with the mean and the variance from one reduction (a kernel) and the normalization in
+  a second, where nn.LayerNorm takes four at a decode step's size. The sums are of x minus its row's first element (the
+  shifted-data variance: no cancellation when the mean is large next to the spread)."""
+  size = x.shape[-1]
+  shifted = x - x[..., :1]
+  moments = Tensor.stack([shifted, shifted * shifted], -2).sum(-1, keepdim=True) * (1 / size)   # (..., 2, 1)
+  mean, mean_square = moments[..., 0, :], moments[..., 1, :]
+  normed = (shifted - mean) * (mean_square - mean * mean + norm.eps).rsqrt()
+  if norm.weight is not None: normed = normed * norm.weight
+  return normed + norm.bias if norm.bias is not None else normed
+
+
 class Block:
   """x + attention(LayerNorm(x)), then x + MLP(LayerNorm(x)). `__call__` sees the whole sequence; `prefill` also
-  writes its keys and values into a cache; `decode` handles one new token against the cache."""
+  returns its keys and values for the cache; `decode` handles one new token against the cache."""
   def __init__(self, config: GPTConfig, rng: np.random.Generator):
     self.heads, self.head_size = config.heads, config.width // config.heads
     residual_std = 0.02 / math.sqrt(2 * config.layers)   # GPT-2: residual projections scaled by depth
@@ -193,51 +112,44 @@ class Block:
     self.qkv, self.proj = _linear(rng, config.width, 3 * config.width), _linear(rng, config.width, config.width, residual_std)
     self.up, self.down = _linear(rng, config.width, 4 * config.width), _linear(rng, 4 * config.width, config.width, residual_std)
 
-  def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+  def _qkv(self, x: Tensor, generating: bool = False) -> tuple[Tensor, Tensor]:
+    """(queries (batch, heads, length, head_size), keys and values (2, batch, heads, length, head_size)): views of one
+    product. generating: fewer kernels for generation's small sizes (see _finish and layer_norm_in_two_kernels)."""
     batch, length, _ = x.shape
-    q, k, v = self.qkv(self.norm1(x)).reshape(batch, length, 3, self.heads, self.head_size).permute(2, 0, 3, 1, 4)
-    return q, k, v   # each (batch, heads, length, head_size)
+    normed = layer_norm_in_two_kernels(self.norm1, x) if generating else self.norm1(x)
+    qkv = self.qkv(normed).reshape(batch, length, 3, self.heads, self.head_size).permute(2, 0, 3, 1, 4)
+    return qkv[0], qkv[1:]
 
-  def _finish(self, x: Tensor, attended: Tensor) -> Tensor:
+  def _finish(self, x: Tensor, attended: Tensor, generating: bool = False) -> Tensor:
+    """The attention's projection and the MLP, each added to x. generating: the LayerNorm's statistics in one
+    reduction, and the GELU in a kernel of its own between the MLP's two products, where its erf is computed on whole
+    vectors (fused after a product it runs one output at a time, and costs more than the product at generation's
+    sizes)."""
     batch, _, length, _ = attended.shape
     x = x + self.proj(attended.permute(0, 2, 1, 3).reshape(batch, length, self.heads * self.head_size))
-    return x + self.down(self.up(self.norm2(x)).gelu())
+    hidden = self.up(layer_norm_in_two_kernels(self.norm2, x) if generating else self.norm2(x))
+    hidden = hidden.contiguous().gelu().contiguous() if generating else hidden.gelu()
+    return x + self.down(hidden)
 
   def __call__(self, x: Tensor) -> Tensor:
-    q, k, v = self._qkv(x)
-    return self._finish(x, q.scaled_dot_product_attention(k, v, is_causal=True))
+    q, kv = self._qkv(x)
+    return self._finish(x, q.scaled_dot_product_attention(kv[0], kv[1], is_causal=True))
 
-  def prefill(self, x: Tensor, cache: KVCache) -> Tensor:
-    """The whole-sequence forward of x (batch, context, width); its keys and values become the cache."""
-    q, k, v = self._qkv(x)
-    cache.keys.assign(k.contiguous())
-    cache.values.assign(v.contiguous())
-    return self._finish(x, q.scaled_dot_product_attention(k, v, is_causal=True))
+  def prefill(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    """The whole-sequence forward of x (batch, context, width), and its keys and values (2, batch, heads, context,
+    head_size): this block's cache."""
+    q, kv = self._qkv(x, generating=True)
+    return self._finish(x, q.scaled_dot_product_attention(kv[0], kv[1], is_causal=True), generating=True), kv
 
-  def decode(self, x: Tensor, cache: KVCache, write_row: Tensor, visible: Tensor) -> Tensor:
-    """One token x (batch, 1, width) at the position where write_row (context, 1) is True; it attends to the cache
-    rows where visible (1, context) is True (those <= its position)."""
-    q, k, v = self._qkv(x)
-    cache.keys.assign(write_row.where(k, cache.keys))      # k (batch, heads, 1, size) broadcast over the rows
-    cache.values.assign(write_row.where(v, cache.values))
-    return self._finish(x, q.scaled_dot_product_attention(cache.keys, cache.values, attn_mask=visible))
-
-  def decode_at(self, x: Tensor, cache: KVCache, position: Variable) -> Tensor:
-    """decode at `position`, a bound Variable: the new key and value go into the cache row `position` (a window at a
-    symbolic start), and attention reads the rows [0, position] only (a symbolic length), so one compiled kernel set
-    serves every position, with no mask."""
-    q, k, v = self._qkv(x)
-    cache.keys[:, :, position:position + 1] = k
-    cache.values[:, :, position:position + 1] = v
-    end = position + 1
-    return self._finish(x, q.scaled_dot_product_attention(cache.keys[:, :, :end], cache.values[:, :, :end]))
-
-
-@dataclass
-class KVCache:
-  """One block's keys and values, (batch, heads, context, head_size) each; rows past the position are garbage."""
-  keys: Tensor
-  values: Tensor
+  def decode(self, x: Tensor, cache: Tensor, new_row: Tensor, visible: Tensor | None = None, end: Variable | None = None) -> tuple[Tensor, Tensor]:
+    """One token x (batch, 1, width) against this block's cache (2, batch, heads, context, head_size): its key and value
+    go into the row where new_row (context, 1) is True, and it attends to the rows where visible (1, context) is True
+    or, given a bound Variable `end`, to the rows [0, end) only (a symbolic length: the attention kernels loop only
+    that far, one kernel set for every position). Returns (the output, the cache with the new row)."""
+    q, kv = self._qkv(x, generating=True)
+    kv = new_row.where(kv, cache)   # the new row (2, batch, heads, 1, size) broadcast over the rows
+    keys, values = (kv[0], kv[1]) if end is None else (kv[0][:, :, :end], kv[1][:, :, :end])
+    return self._finish(x, q.scaled_dot_product_attention(keys, values, attn_mask=visible), generating=True), kv
 
 
 class GPT:
@@ -251,8 +163,9 @@ class GPT:
     self.blocks = [Block(config, rng) for _ in range(config.layers)]
     self.norm = nn.LayerNorm(config.width)
 
-  def _logits(self, x: Tensor) -> Tensor:
-    return self.norm(x) @ self.token_embedding.weight.T   # weight tying: the output layer is the token embedding
+  def _logits(self, x: Tensor, generating: bool = False) -> Tensor:
+    normed = layer_norm_in_two_kernels(self.norm, x) if generating else self.norm(x)
+    return normed @ self.token_embedding.weight.T   # weight tying: the output layer is the token embedding
 
   def _check_tokens(self, tokens: Tensor) -> None:
     if tokens.ndim != 2 or not 1 <= tokens.shape[1] <= self.config.context:
@@ -266,66 +179,97 @@ class GPT:
     return self._logits(x)
 
   # ---- generation with a KV-cache
-  def new_caches(self, batch: int = 1) -> list[KVCache]:
-    shape = (batch, self.config.heads, self.config.context, self.config.width // self.config.heads)
-    return [KVCache(Tensor.zeros(*shape).contiguous().realize(), Tensor.zeros(*shape).contiguous().realize()) for _ in self.blocks]
+  def new_cache(self, batch: int = 1) -> Tensor:
+    """The keys and values of every block, (layers, 2, batch, heads, context, head_size), in one tensor (written by one
+    kernel per step); rows past the position are garbage."""
+    config = self.config
+    return Tensor.zeros(config.layers, 2, batch, config.heads, config.context, config.width // config.heads).contiguous().realize()
 
-  def prefill(self, tokens: Tensor, length: Tensor, caches: list[KVCache]) -> Tensor:
-    """The forward of a prompt padded to the context, tokens (batch, context), whose first `length` (a 1-element int
-    tensor) are real; it fills the caches (the rows past the prompt are overwritten by the later tokens before they
-    are visible). Logits of position length-1 (batch, vocab). One kernel set serves every prompt length."""
-    if tokens.shape[1] != self.config.context:
-      raise ValueError(f"GPT.prefill: tokens must be (batch, context={self.config.context}), padded; got shape {tokens.shape}")
-    x = self.token_embedding(tokens) + self.position_embedding.weight
-    for block, cache in zip(self.blocks, caches): x = block.prefill(x, cache)
-    last = Tensor.arange(self.config.context).eq(length - 1).reshape(1, -1, 1)
-    return self._logits(last.where(x, 0.0).sum(1))
+  def prefill(self, tokens: Tensor, length: Tensor, cache: Tensor) -> Tensor:
+    """The forward of a padded prompt, tokens (batch, size) with size <= context, whose first `length` (a 1-element
+    int tensor) are real; it fills the cache's first `size` rows (the rows past the prompt are overwritten by the
+    later tokens before they are visible). Logits of position length-1 (batch, vocab). One kernel set serves every
+    prompt length up to `size`."""
+    size, context = tokens.shape[1], self.config.context
+    if tokens.ndim != 2 or not 1 <= size <= context:
+      raise ValueError(f"GPT.prefill: tokens must be (batch, size) with 1 <= size <= context={context}, padded; got shape {tokens.shape}")
+    x, rows = self.token_embedding(tokens) + self.position_embedding.weight[:size], []
+    for block in self.blocks:
+      x, kv = block.prefill(x)
+      rows.append(kv.pad(((0, 0),) * 3 + ((0, context - size), (0, 0))))
+    cache.assign(Tensor.stack(rows))
+    last = Tensor.arange(size).eq(length - 1).reshape(1, -1, 1)
+    return self._logits(last.where(x, 0.0).sum(1), generating=True)
 
-  def decode(self, token: Tensor, position: Tensor, caches: list[KVCache]) -> Tensor:
-    """token (batch, 1) at position (a 1-element int tensor) -> its logits (batch, vocab); the caches gain its row."""
+  def decode(self, token: Tensor, position: Tensor, cache: Tensor) -> Tensor:
+    """token (batch, 1) at position (a 1-element int tensor) -> its logits (batch, vocab); the cache gains its rows."""
     rows = Tensor.arange(self.config.context)
-    write_row, visible = rows.eq(position).reshape(-1, 1), (rows <= position).reshape(1, -1)
+    new_row, visible = rows.eq(position).reshape(-1, 1), (rows <= position).reshape(1, -1)
     x = self.token_embedding(token) + self.position_embedding(position.reshape(1, 1))
-    for block, cache in zip(self.blocks, caches): x = block.decode(x, cache, write_row, visible)
-    return self._logits(x).reshape(token.shape[0], -1)
+    return self._decode_blocks(x, cache, new_row, visible=visible).reshape(token.shape[0], -1)
 
-  def decode_at(self, token: Tensor, position: Variable, caches: list[KVCache]) -> Tensor:
-    """decode with the position as a bound Variable (symbolic shapes): the position embedding is the row
-    `position` of its table, each block writes its cache row there and attends to the rows up to it."""
-    x = self.token_embedding(token) + self.position_embedding.weight[position:position + 1]
-    for block, cache in zip(self.blocks, caches): x = block.decode_at(x, cache, position)
-    return self._logits(x).reshape(token.shape[0], -1)
+  def decode_at(self, token: Variable, position: Variable, cache: Tensor) -> Tensor:
+    """decode with the token and its position as bound Variables (batch 1; nothing is copied in): the embeddings are
+    rows of their tables at those Variables (windows at a symbolic start), each block writes its cache row at
+    `position` and attends to the rows up to it (a symbolic length), so one kernel set serves every token and
+    position, with no mask. Logits (1, vocab)."""
+    if cache.shape[2] != 1: raise ValueError(f"GPT.decode_at: the cache must be of batch 1, got shape {cache.shape}")
+    x = self.token_embedding.weight[token:token + 1] + self.position_embedding.weight[position:position + 1]
+    new_row = _row_mask(position, self.config.context).reshape(-1, 1)
+    return self._decode_blocks(x.reshape(1, 1, -1), cache, new_row, end=position + 1).reshape(1, -1)
+
+  def _decode_blocks(self, x: Tensor, cache: Tensor, new_row: Tensor, **attend: Any) -> Tensor:
+    rows = []
+    for index, block in enumerate(self.blocks):
+      x, kv = block.decode(x, cache[index], new_row, **attend)
+      rows.append(kv)
+    cache.assign(Tensor.stack(rows))
+    return self._logits(x, generating=True)
+
+
+def _row_mask(position: Variable, context: int) -> Tensor:
+  """The bool tensor (context,) that is True at `position` only, a bound Variable in [0, context): the window of an
+  arange starting at context - position holds i + context - position at i, equal to context exactly at i = position."""
+  return Tensor.arange(2 * context)[context - position:2 * context - position].eq(context)
 
 
 class Generator:
-  """Samples from a GPT, batch 1: the prompt in one pass, then one token per step against the KV-caches. Both run
-  under TinyJit with fixed shapes (the prompt padded to the context, positions as data), so after the first few
-  tokens they only replay kernels. With `symbolic`, a decode step gets its position as a Variable (symbolic shapes:
-  the same kernels for every position): it writes the cache row at that position and attends to the rows up to it,
-  instead of rewriting the cache with a mask and attending to all of it."""
+  """Samples from a GPT, batch 1: the prompt in one pass, then one token per step against the KV-cache. Both run
+  under TinyJit with fixed shapes (the prompt padded to one of `prefill_sizes`), so after the first few tokens they
+  only replay kernels. With `symbolic`, a decode step gets its token and position as Variables (symbolic shapes: the same
+  kernels for every position, no tensor copied in): it writes the cache row at that position and attends to the rows
+  up to it, instead of rewriting the cache with a mask from a position tensor and attending to all of it."""
   def __init__(self, model: GPT, symbolic: bool = False):
-    self.model, self.caches, self.symbolic = model, model.new_caches(1), symbolic
-    # the position of a symbolic decode step (made only when used: the first Variable turns symbolic checks on)
-    self.position = Variable("pos", 0, model.config.context - 1) if symbolic else None
-    self.prefill_step = TinyJit(lambda tokens, length: model.prefill(tokens, length, self.caches).realize())
-    if symbolic: self.decode_step = TinyJit(lambda token, position: model.decode_at(token, position, self.caches).realize())
-    else: self.decode_step = TinyJit(lambda token, position: model.decode(token, position, self.caches).realize())
+    self.model, self.cache, self.symbolic = model, model.new_cache(1), symbolic
+    # the token and position of a symbolic decode step (made only when used: the first Variable turns symbolic checks on)
+    if symbolic: self.token, self.position = Variable("token", 0, model.config.vocab_size - 1), Variable("pos", 0, model.config.context - 1)
+    # prompts are padded to the first of these sizes that holds them (a capture of prefill_step each): a short prompt
+    # runs kernels a quarter of the context's size
+    context = model.config.context
+    self.prefill_sizes, self.sizes_run = sorted({max(1, context // 4), max(1, context // 2), context}), set()
+    self.prefill_step = TinyJit(lambda tokens, length: model.prefill(tokens, length, self.cache).realize())
+    if symbolic: self.decode_step = TinyJit(lambda token, position: model.decode_at(token, position, self.cache).realize())
+    else: self.decode_step = TinyJit(lambda token, position: model.decode(token, position, self.cache).realize())
     self.kernel_counts: list[int] = []   # len(compiled_kernels) after each generated token
     self.token_times: list[float] = []   # time.perf_counter() when each token was sampled
 
   def prefill(self, prompt: Sequence[int]) -> np.ndarray:
-    """Fill the caches with a prompt of 1..context tokens; the logits after its last token (vocab,)."""
+    """Fill the cache with a prompt of 1..context tokens; the logits after its last token (vocab,)."""
     context = self.model.config.context
     if not 1 <= len(prompt) <= context: raise ValueError(f"prefill: the prompt must have 1 to {context} tokens, got {len(prompt)}")
-    padded = np.zeros((1, context), np.int32)
+    size = next(size for size in self.prefill_sizes if size >= len(prompt))
+    refill = next(size for size in self.prefill_sizes if size >= refill_length(context))
+    if refill not in self.sizes_run:   # compile the size of generate's refills now, not mid-generation
+      self.sizes_run.add(refill)
+      if size != refill: self.prefill_step(Tensor(np.zeros((1, refill), np.int32)), Tensor(np.array([1], np.int32)))
+    padded = np.zeros((1, size), np.int32)
     padded[0, :len(prompt)] = prompt
     return self.prefill_step(Tensor(padded), Tensor(np.array([len(prompt)], np.int32))).numpy()[0]
 
   def decode(self, token: int, position: int) -> np.ndarray:
-    """Process `token` at `position` (the caches hold the tokens before it); its logits (vocab,)."""
-    token_t = Tensor(np.array([[token]], np.int32))
-    if self.symbolic: return self.decode_step(token_t, self.position.bind(position)).numpy()[0]
-    return self.decode_step(token_t, Tensor(np.array([position], np.int32))).numpy()[0]
+    """Process `token` at `position` (the cache holds the tokens before it); its logits (vocab,)."""
+    if self.symbolic: return self.decode_step(self.token.bind(int(token)), self.position.bind(position)).numpy()[0]
+    return self.decode_step(Tensor(np.array([[token]], np.int32)), Tensor(np.array([position], np.int32))).numpy()[0]
 
   def logits_for(self, tokens: Sequence[int], prompt_length: int = 1) -> list[np.ndarray]:
     """The logits after each token from the prompt's last on: the prompt in one prefill, the rest one decode step
@@ -349,12 +293,17 @@ class Generator:
       if DEBUG >= 1: print(f"token {index + 1}/{count}: {self.kernel_counts[-1]} compiled kernels")
       if index == count - 1: break
       if position == context:   # the cache is full: the last half of the context becomes a new prompt
-        window = tokens[-(context // 2 + 1):]
+        window = tokens[-refill_length(context):]
         logits, position = self.prefill(window), len(window)
       else:
         logits = self.decode(tokens[-1], position)
         position += 1
     return tokens[len(prompt):]
+
+
+def refill_length(context: int) -> int:
+  """The tokens generate keeps as the new prompt when the cache is full: the last half of the context."""
+  return max(1, context // 2)
 
 
 def sample(logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator) -> int:

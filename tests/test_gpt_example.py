@@ -24,7 +24,7 @@ def tiny_model(seed: int = 0, **changes: int) -> gpt.GPT:
 
 
 @pytest.mark.parametrize("symbolic", [False, True], ids=["masked", "symbolic"])
-@pytest.mark.parametrize("prompt_length", [1, 3])
+@pytest.mark.parametrize("prompt_length", [1, 3, 6])   # padded to 2, 4 and 8 (the context)
 def test_kv_cache_logits_equal_the_plain_forward(prompt_length: int, symbolic: bool) -> None:
   """The prompt in one prefill, then one decode step per token: the logits after each token are the no-cache
   forward's at that position (symbolic: the cache row written at a Variable position, attention up to it)."""
@@ -33,6 +33,26 @@ def test_kv_cache_logits_equal_the_plain_forward(prompt_length: int, symbolic: b
   expected = model(Tensor(tokens[None])).numpy()[0]
   got = gpt.Generator(model, symbolic=symbolic).logits_for(list(tokens), prompt_length)
   np.testing.assert_allclose(np.stack(got), expected[prompt_length - 1:], rtol=1e-4, atol=1e-5)
+
+
+def test_layer_norm_in_two_kernels_equals_the_layer() -> None:
+  """Generation's LayerNorm (mean and variance from one reduction of x shifted by its first element) gives
+  nn.LayerNorm's numbers, also for rows whose mean is large next to their spread, in two kernels."""
+  from minigrad import nn
+  from minigrad.helpers import GlobalCounters
+  rng = np.random.default_rng(2)
+  norm = nn.LayerNorm(16)
+  norm.weight, norm.bias = Tensor(rng.standard_normal(16).astype(np.float32)), Tensor(rng.standard_normal(16).astype(np.float32))
+  rows = rng.standard_normal((3, 5, 16)).astype(np.float32) * np.array([1.0, 0.01, 30.0], np.float32)[:, None, None]
+  x = Tensor(rows + np.array([0.0, 50.0, -7.0], np.float32)[:, None, None]).realize()
+  GlobalCounters.reset()
+  got = gpt.layer_norm_in_two_kernels(norm, x).realize()
+  assert GlobalCounters.kernel_count == 2
+  data = x.numpy().astype(np.float64)   # the exact result for these float32 inputs
+  exact = (data - data.mean(-1, keepdims=True)) / np.sqrt(data.var(-1, keepdims=True) + norm.eps)
+  exact = exact * norm.weight.numpy() + norm.bias.numpy()
+  layer_error = np.abs(norm(x).numpy() - exact).max()
+  np.testing.assert_allclose(got.numpy(), exact, rtol=0, atol=max(2 * layer_error, 1e-5))
 
 
 def test_generation_past_the_context_refills_the_cache() -> None:
@@ -45,7 +65,7 @@ def test_generation_past_the_context_refills_the_cache() -> None:
   assert len(new) == 12 and all(0 <= t < TINY["vocab_size"] for t in new)
   # greedy: token i is the argmax of the logits over what came before; check the first token after the refill
   context = TINY["context"]
-  window = tokens[context - context // 2: context + 1]       # the refill prompt: the last context//2+1 tokens
+  window = tokens[context + 1 - context // 2: context + 1]   # the refill prompt: the last context//2 tokens
   padded = np.zeros((1, context), np.int32)                  # (causal: padding after the window changes nothing)
   padded[0, :len(window)] = window
   expected = model(Tensor(padded)).numpy()[0, len(window) - 1]
@@ -115,8 +135,9 @@ def test_top_k_and_temperature() -> None:
 
 @pytest.mark.parametrize("symbolic", [False, True], ids=["masked", "symbolic"])
 def test_generation_compiles_no_kernels_after_warm_up(symbolic: bool) -> None:
-  """Positions are data (or a Variable) and the prompt is padded to the context: after the first two tokens (prefill,
-  the decode step's first two recordings), no token compiles a kernel, across cache refills too."""
+  """Positions are data (or Variables) and prompts are padded to fixed sizes, the refills' size compiled with the first
+  prompt: after the first two tokens (prefill, the decode step's first two recordings), no token compiles a kernel,
+  across cache refills too."""
   generator = gpt.Generator(tiny_model(seed=5), symbolic=symbolic)
   generator.generate([4], 3 * TINY["context"], temperature=1.0, seed=0)
   counts = generator.kernel_counts
@@ -136,8 +157,8 @@ def test_checkpoint_round_trip(tmp_path: Path) -> None:
 def test_offline_without_the_file_falls_back_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
   monkeypatch.delenv("TINYSHAKESPEARE", raising=False)
-  monkeypatch.setattr(gpt, "SHARED_COPY", tmp_path / "missing.txt")
-  monkeypatch.setattr(gpt, "CACHED_COPY", tmp_path / "cache" / "input.txt")
+  monkeypatch.setattr(gpt.text_data, "SHARED_COPY", tmp_path / "missing.txt")
+  monkeypatch.setattr(gpt.text_data, "CACHED_COPY", tmp_path / "cache" / "input.txt")
   text = gpt.load_text(None, download=False)
   lines = capsys.readouterr().out.splitlines()
   assert len(lines) == 1 and lines[0].startswith("Tiny Shakespeare not available (") and "built-in sample" in lines[0]

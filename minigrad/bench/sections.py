@@ -253,9 +253,9 @@ topk_vs_sort: dict[str, float] = {}   # the last bench_topk: minigrad's (and eag
 
 def bench_gpt_generate(rng: np.random.Generator, runs: int) -> Rates:
   """examples/gpt.py's baby GPT (4 layers, 4 heads, width 128, context 64) generating 256 tokens at batch 1 after a
-  16-token prompt, tokens/s: minigrad's Generator (TinyJit, the position a Variable, the KV-cache row written at it)
-  against bench/gpt_generate.py's torch model with a hand-written KV-cache, on its default threads and on one
-  (`torch-1t`); also the time to the first token after warm-up. Interleaved rounds, medians."""
+  16-token prompt, tokens/s: minigrad's Generator (TinyJit, the token and position as Variables, the KV-cache rows
+  written at it) against bench/gpt_generate.py's torch model with a hand-written KV-cache, on its default threads
+  and on one (`torch-1t`); also the time to the first token after warm-up. Interleaved rounds, medians."""
   gpt_generate = _bench_module("gpt_generate")
   figures = gpt_generate.generation_figures(256, rounds=3)
   details = [f"  {'time to first token (16-token prompt)':46s} " + ", ".join(f"{lib} {first * 1e3:.2f} ms" for lib, (_, first) in figures.items())]
