@@ -29,7 +29,8 @@ def test_torch_capability_for_aarch64():
 
 def test_narrower_target_limits_mkl_and_onednn():
   isa = choose_torch_isa(Target("x86_64", "x86-64-v3", AVX2), Target("x86_64", "native", AVX512), environ={})
-  assert dict(isa.environment) == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+  assert dict(isa.environment) == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                                   "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
 
 
 def test_host_level_target_leaves_libraries_alone():

@@ -1,8 +1,9 @@
 """Tests of the int8 dot-product kernels (minigrad.quantize.int8_dot, codegen.cpu_patterns.int8_dots, the C spelling in
 codegen.c_int8_dot, the rules in opt.cpu_policy): the int8 matmul is exact against numpy's integer product on the
-default device (DEV=CPU|LLVM|CL|PYTHON), for both word layouts, odd shapes, k not a multiple of 4 and the edge values
--128 and 127; each hand-built Target gets the instruction it has; the kernels decided and spelled for each x86 Target
-whose instructions this host has compute the same numbers; BEAM's actions keep them exact.
+default device (DEV=CPU|LLVM|CL|PYTHON), for every word layout, odd shapes, k not a multiple of 4 and the edge values
+-128 and 127 (-64 and 63 for the activations of "bytes7" words); each hand-built Target gets the instruction it has;
+the kernels decided and spelled for each x86 Target whose instructions this host has compute the same numbers; BEAM's
+actions keep them exact.
 
 Input: random int8 matrices. Output: pass/fail. Targets this host can't run are only rendered, not run.
 """
@@ -14,9 +15,9 @@ import pytest
 from minigrad import Tensor, dtypes
 from minigrad.codegen.kernel import Opt
 from minigrad.engine import realize
-from minigrad.codegen.llvm_int8_dot import ACCUMULATING, PMADDWD
+from minigrad.codegen.llvm_int8_dot import ACCUMULATING, PMADDUBSW, PMADDWD
 from minigrad.engine.realize import buffer_of, get_kernel
-from minigrad.opt.cpu_policy import int8_dot_instruction, int8_dot_layout, int16_pair_instruction
+from minigrad.opt.cpu_policy import int7_dot_instruction, int8_dot_instruction, int8_dot_layout, int16_pair_instruction
 from minigrad.quantize import int8_matmul
 from minigrad.quantize.int8_dot import LAYOUTS, activation_words, pack_weight, word_count, word_matmul
 from minigrad.runtime.device import Device, available_devices
@@ -37,7 +38,20 @@ INT8_TARGETS = {"avx512_vnni": AVX512_VNNI, "avx512": AVX512, "avx_vnni": AVX_VN
 def int8(*shape: int) -> np.ndarray: return rng.integers(-128, 128, shape).astype(np.int8)
 
 
+def activations(layout: str, *shape: int) -> np.ndarray:
+  """Random activations in `layout`'s range: all of int8, or [-64, 63] for "bytes7"."""
+  low = -128 if layout != "bytes7" else -64
+  return rng.integers(low, -low, shape).astype(np.int8)
+
+
 def numpy_matmul(a: np.ndarray, w: np.ndarray) -> np.ndarray: return a.astype(np.int64) @ w.astype(np.int64).T
+
+
+def product(x: Tensor, w: np.ndarray, layout: str) -> Tensor:
+  """x (int8) @ w.T in `layout`'s words: int8_matmul, or for "bytes7" (whose activations are 7-bit, which int8_matmul
+  refuses) the words built as a quantized layer builds them."""
+  if layout != "bytes7": return int8_matmul(x, Tensor(w), layout=layout)
+  return word_matmul(activation_words(x.cast(dtypes.int32), layout), pack_weight(Tensor(w), layout))
 
 
 # ---------------------------------------------------------------- exact on the default device
@@ -45,8 +59,8 @@ def numpy_matmul(a: np.ndarray, w: np.ndarray) -> np.ndarray: return a.astype(np
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("m, k, n", [(1, 1, 1), (3, 5, 7), (2, 67, 9), (17, 33, 19), (5, 130, 3), (64, 256, 48)])
 def test_int8_matmul_is_exact(layout: str, m: int, k: int, n: int) -> None:
-  a, w = int8(m, k), int8(n, k)
-  out = int8_matmul(Tensor(a), Tensor(w), layout=layout)
+  a, w = activations(layout, m, k), int8(n, k)
+  out = product(Tensor(a), w, layout)
   assert out.dtype == dtypes.int32 and out.shape == (m, n)
   np.testing.assert_array_equal(out.numpy(), numpy_matmul(a, w))
 
@@ -56,18 +70,19 @@ def test_int8_matmul_is_exact(layout: str, m: int, k: int, n: int) -> None:
 def test_edge_values(layout: str, a_value: int, w_value: int) -> None:
   """The extremes everywhere (the largest sums an int32 holds for this k), and mixed with their opposites."""
   k = 1001
+  if layout == "bytes7": a_value = -64 if a_value < 0 else 63
   a = np.full((3, k), a_value, np.int8)
   w = np.full((5, k), w_value, np.int8)
   w[1, ::2] = 127 if w_value == -128 else -128
   a[2, 1::3] = 0
-  np.testing.assert_array_equal(int8_matmul(Tensor(a), Tensor(w), layout=layout).numpy(), numpy_matmul(a, w))
+  np.testing.assert_array_equal(product(Tensor(a), w, layout).numpy(), numpy_matmul(a, w))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_batch_dims_and_a_lazy_input(layout: str) -> None:
-  a, w = int8(2, 3, 45), int8(6, 45)
+  a, w = activations(layout, 2, 3, 45), int8(6, 45)
   x = (Tensor(a.astype(np.int32)) * 1).cast(dtypes.int8)   # not realized: the words kernel computes it
-  np.testing.assert_array_equal(int8_matmul(x, Tensor(w), layout=layout).numpy(), numpy_matmul(a.reshape(6, 45), w).reshape(2, 3, 6))
+  np.testing.assert_array_equal(product(x, w, layout).numpy(), numpy_matmul(a.reshape(6, 45), w).reshape(2, 3, 6))
 
 
 def test_packed_weight_words() -> None:
@@ -81,32 +96,48 @@ def test_packed_weight_words() -> None:
     words = pairs.words.numpy() if k_major else pairs.words.numpy().T
     np.testing.assert_array_equal(((words << 16) >> 16).T, w[:, :5])
     np.testing.assert_array_equal((words >> 16).T, w[:, 5:])
-  assert word_count(784, "bytes") == 208 and word_count(784, "pairs") == 400 and word_count(67, "bytes") == 17
+  assert word_count(784, "bytes") == 200 and word_count(784, "bytes7") == 200 and word_count(784, "pairs") == 392
+  assert word_count(67, "bytes") == 17 and word_count(124, "bytes") == 31 and word_count(132, "bytes") == 40
+
+
+@pytest.mark.parametrize("m, k, n", [(5, 67, 9), (33, 300, 40)])
+def test_bytes7_words_read_7_bits_whatever_their_bytes(m: int, k: int, n: int) -> None:
+  """"bytes7" words are defined as byte & 127 times the signed byte, whatever the words hold: activations outside
+  [-64, 63] (bytes 128..255 after +64) give that, never a saturated pmaddubsw sum."""
+  a, w = int8(m, k), int8(n, k)
+  a[0], w[0] = 127, -128    # bytes 191 (read as 63) against -128, and the pair sums that would saturate int16
+  out = word_matmul(activation_words(Tensor(a).cast(dtypes.int32), "bytes7"), pack_weight(Tensor(w), "bytes7")).numpy()
+  expected = ((a.astype(np.int64) + 64) & 127) @ w.astype(np.int64).T - 64 * w.astype(np.int64).sum(1)
+  np.testing.assert_array_equal(out, expected)
 
 
 def test_bad_input_says_what() -> None:
   with pytest.raises(TypeError, match="int8"): int8_matmul(Tensor(np.zeros((2, 3), np.float32)), Tensor(int8(4, 3)))
   with pytest.raises(ValueError, match=r"\(2, 3\).*\(4, 5\)"): int8_matmul(Tensor(int8(2, 3)), Tensor(int8(4, 5)))
   with pytest.raises(ValueError, match="layout"): int8_matmul(Tensor(int8(2, 3)), Tensor(int8(4, 3)), layout="nibbles")
+  with pytest.raises(ValueError, match="bytes7"): int8_matmul(Tensor(int8(2, 3)), Tensor(int8(4, 3)), layout="bytes7")
   with pytest.raises(ValueError, match="overflow"): int8_matmul(Tensor(int8(1, 140_000)), Tensor(int8(1, 140_000)))
 
 
 # ---------------------------------------------------------------- what each Target gets
 
-@pytest.mark.parametrize("name, layout, instructions", [
-  ("avx512_vnni", "bytes", {16: "vpdpbusd512", 8: "vpdpbusd256", 4: "vpdpbusd128"}),
-  ("avx512", "pairs", {16: None, 8: "bytes_pmaddwd256", 4: "bytes_pmaddwd128"}),
-  ("avx_vnni", "bytes", {16: None, 8: "vpdpbusd256vex", 4: "vpdpbusd128vex"}),
-  ("avx2", "pairs", {16: None, 8: "bytes_pmaddwd256", 4: "bytes_pmaddwd128"}),
-  ("sse2", "pairs", {16: None, 8: None, 4: "bytes_pmaddwd128"}),
-  ("neon", "bytes", {16: None, 8: None, 4: None}),
-  ("neon_dotprod", "bytes", {16: None, 8: None, 4: "sdot"}),
-  ("neon_i8mm", "bytes", {16: None, 8: None, 4: "usdot"}),
+@pytest.mark.parametrize("name, layout, full_range_layout, instructions", [
+  ("avx512_vnni", "bytes", "bytes", {16: "vpdpbusd512", 8: "vpdpbusd256", 4: "vpdpbusd128"}),
+  ("avx512", "bytes7", "pairs", {16: None, 8: "bytes_pmaddwd256", 4: "bytes_pmaddwd128"}),
+  ("avx_vnni", "bytes", "bytes", {16: None, 8: "vpdpbusd256vex", 4: "vpdpbusd128vex"}),
+  ("avx2", "bytes7", "pairs", {16: None, 8: "bytes_pmaddwd256", 4: "bytes_pmaddwd128"}),
+  ("sse2", "pairs", "pairs", {16: None, 8: None, 4: "bytes_pmaddwd128"}),
+  ("neon", "bytes", "bytes", {16: None, 8: None, 4: None}),
+  ("neon_dotprod", "bytes", "bytes", {16: None, 8: None, 4: "sdot"}),
+  ("neon_i8mm", "bytes", "bytes", {16: None, 8: None, 4: "usdot"}),
 ])
-def test_instruction_by_target(name: str, layout: str, instructions: dict[int, str | None]) -> None:
+def test_instruction_by_target(name: str, layout: str, full_range_layout: str, instructions: dict[int, str | None]) -> None:
   target = INT8_TARGETS[name]
-  assert int8_dot_layout(target) == layout
+  assert int8_dot_layout(target) == layout and int8_dot_layout(target, full_range=True) == full_range_layout
   assert {lanes: int8_dot_instruction(target, lanes) for lanes in instructions} == instructions
+  sevens = {16: "pmaddubsw512" if "avx512bw" in target.features else None, 8: "pmaddubsw256" if "avx2" in target.features else None,
+            4: "pmaddubsw128" if "ssse3" in target.features else None}
+  assert {lanes: int7_dot_instruction(target, lanes) for lanes in sevens} == sevens
   pairs = {16: "pmaddwd512" if "avx512bw" in target.features else None, 8: "pmaddwd256" if "avx2" in target.features else None,
            4: "pmaddwd128" if "sse2" in target.features else None}
   if "avx512vnni" in target.features: pairs[16] = "vpdpwssd512"
@@ -118,7 +149,7 @@ on_cpu = pytest.mark.skipif(Device.DEFAULT != "CPU", reason="kernels decided for
 
 def matmul_item(layout: str, m: int = 48, k: int = 200, n: int = 64):
   """(the CPU schedule item of the int8 matmul of words, its numpy result): its inputs realized, so it runs alone."""
-  a, w = int8(m, k), int8(n, k)
+  a, w = activations(layout, m, k), int8(n, k)
   packed = pack_weight(Tensor(w, device="CPU"), layout)
   words = activation_words(Tensor(a, device="CPU").cast(dtypes.int32), layout).realize()
   items = word_matmul(words, packed).schedule()
@@ -139,7 +170,7 @@ def test_kernel_spells_the_targets_instruction(name: str, monkeypatch) -> None:
   kernel = decide(item.ast, target)
   lanes = kernel.applied_opts[0].amount
   layout = int8_dot_layout(target)
-  instruction = (int8_dot_instruction if layout == "bytes" else int16_pair_instruction)(target, lanes)
+  instruction = {"bytes": int8_dot_instruction, "bytes7": int7_dot_instruction, "pairs": int16_pair_instruction}[layout](target, lanes)
   renderer = Device["CPU"].renderer
   monkeypatch.setattr(renderer, "target", target)
   source = render(kernel)
@@ -156,7 +187,8 @@ def test_kernel_spells_the_targets_instruction(name: str, monkeypatch) -> None:
   if "LLVM" not in available_devices(): return
   monkeypatch.setattr(Device["LLVM"].renderer, "target", target)
   program = get_kernel(item.ast, "LLVM", kernel.applied_opts)   # LLVM's kernels read and write the CPU's buffers
-  intrinsic = ACCUMULATING.get(instruction, PMADDWD[lanes] if instruction and "pmaddwd" in instruction else None)
+  intrinsic = ACCUMULATING.get(instruction, PMADDUBSW[lanes] if layout == "bytes7" and instruction else
+                               PMADDWD[lanes] if instruction and "pmaddwd" in instruction else None)
   assert intrinsic is None or f"{intrinsic}(" in program.source
   program(bufs)
   np.testing.assert_array_equal(bufs[0].numpy().reshape(expected.shape), expected)

@@ -20,6 +20,7 @@ from minigrad.uop.ops import Ops  # noqa: E402
 from minigrad.quantize import (QMAX, QuantizedConv2d, QuantizedLinear, WeightOnlyLinear, int8_matmul, load_quantized,  # noqa: E402
                                quantize, quantize_weight, replace_layers, save_quantized)
 from minigrad.quantize.kernels import int8_linear  # noqa: E402
+from minigrad.quantize.int8_dot import LAYOUTS, activation_max, layout_for, pack_weight  # noqa: E402
 
 
 def rng(seed: int = 0) -> np.random.Generator: return np.random.default_rng(seed)
@@ -63,17 +64,42 @@ def test_int8_matmul_is_exact() -> None:
   np.testing.assert_array_equal(out.numpy(), a.astype(np.int32) @ w.astype(np.int32).T)
 
 
-def test_int8_linear_matches_numpy_with_relu() -> None:
-  """quantize x with a fixed scale, integer matmul, scale, bias, ReLU: numpy doing the same steps."""
+@pytest.mark.parametrize("layout", (None, *LAYOUTS))
+def test_int8_linear_matches_numpy_with_relu(layout: str | None) -> None:
+  """quantize x with a fixed scale, integer matmul, scale, bias, ReLU: numpy doing the same steps, in the device's
+  word layout (None) and each layout (the activations of "bytes7" words in [-63, 63], the scale times 127 / 63)."""
   x = rng().standard_normal((6, 40)).astype(np.float32)
   w_q = rng(1).integers(-127, 128, (7, 40)).astype(np.int8)
   w_scale = (rng(2).random(7) * 0.01 + 0.001).astype(np.float32)
   bias = rng(3).standard_normal(7).astype(np.float32)
-  x_scale = np.float32(np.abs(x).max() / QMAX)
-  out = int8_linear(Tensor(x), Tensor(w_q), Tensor(w_scale), Tensor(bias), Tensor(np.array([x_scale]))).relu().numpy()
-  scaled = np.clip(x / x_scale, -QMAX, QMAX)
+  saved_scale = np.float32(np.abs(x).max() / QMAX)
+  packed = pack_weight(Tensor(w_q), layout) if layout else None
+  out = int8_linear(Tensor(x), Tensor(w_q), Tensor(w_scale), Tensor(bias), Tensor(np.array([saved_scale])), packed).relu().numpy()
+  qmax = activation_max(layout or layout_for(Tensor(w_q).device))
+  x_scale = saved_scale * np.float32(QMAX / qmax) if qmax != QMAX else saved_scale
+  scaled = np.clip(x / x_scale, -qmax, qmax)
   x_q = np.floor(scaled + 0.5).astype(np.int32)   # half up
   want = np.maximum((x_q @ w_q.astype(np.int32).T).astype(np.float32) * (x_scale * w_scale) + bias, 0)
+  np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("stride, padding, dilation", [(1, 1, 1), (2, 0, 1), ((2, 1), (1, 0), (1, 2))])
+def test_int8_conv2d_matches_numpy(stride, padding, dilation) -> None:
+  """A dynamic QuantizedConv2d (a word matmul over the input's windows): numpy's integer convolution of the same
+  quantized input, dequantized."""
+  x = rng().standard_normal((2, 5, 11, 10)).astype(np.float32)
+  conv = nn.Conv2d(5, 6, (3, 2), stride=stride, padding=padding, dilation=dilation)
+  layer = QuantizedConv2d.from_float(conv, "conv", "dynamic")
+  out = layer(Tensor(x)).numpy()
+  qmax = activation_max(layer.packed_weight().layout)
+  scale = np.float32(np.abs(x).max()) * np.float32(1 / qmax)
+  x_q = np.clip(np.floor(x * (1 / scale) + 0.5), -qmax, qmax).astype(np.int64)
+  (sh, sw), (ph, pw), (dh, dw) = ((v, v) if isinstance(v, int) else v for v in (stride, padding, dilation))
+  padded = np.pad(x_q, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+  windows = np.lib.stride_tricks.sliding_window_view(padded, (dh * 2 + 1, dw * 1 + 1), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
+  sums = np.einsum("ncyxij,ocij->noyx", windows, layer.weight.numpy().astype(np.int64))
+  want = sums * (scale * layer.weight_scale.numpy())[None, :, None, None] + conv.bias.numpy()[None, :, None, None]
+  assert out.shape == want.shape
   np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
 

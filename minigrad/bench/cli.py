@@ -14,10 +14,10 @@ schedules and runs the graph, as a plain call does), numpy and torch, and minigr
 
 torch is limited to the Target's ISA before it is imported: ATEN_CPU_CAPABILITY (its own kernels: elementwise,
 reductions, softmax, attention) is avx512 for a Target with AVX-512 F/BW/VL/DQ, avx2 for one with AVX2 and FMA, else
-default; when that is narrower than the host's, MKL (matmul) and oneDNN (conv) get the same limit
-(MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA). Variables the user set already are kept (an explicit --torch-isa
-replaces $ATEN_CPU_CAPABILITY). The header prints what torch, MKL and oneDNN report they use. numpy is not limited:
-it is imported with minigrad, and its SIMD dispatch and OpenBLAS pick the host's ISA.
+default; when that is narrower than the host's, MKL (matmul), oneDNN (conv) and fbgemm (quantized Linear) get the
+same limit (MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA, FBGEMM_ENABLE_INSTRUCTIONS). Variables the user set already
+are kept (an explicit --torch-isa replaces $ATEN_CPU_CAPABILITY). The header prints what torch, MKL and oneDNN report
+they use. numpy is not limited: it is imported with minigrad, and its SIMD dispatch and OpenBLAS pick the host's ISA.
 
 Method: each figure is the median of 3 blocks of >= 7 timed runs after warm-up; each library runs each block on its
 own, after a pause (numpy's and torch's threads spin for a while after a call and would slow the next library down),

@@ -164,13 +164,15 @@ def bench_sort(rng: np.random.Generator, runs: int) -> Rates:
 
 def bench_int8_matmul(rng: np.random.Generator, runs: int) -> Rates:
   """1024x1024 int8 x int8 -> int32 product x_q @ w_q.T, GOPS: w_q packed once (as a quantized layer packs its weight),
-  x_q's words built on each run (minigrad.quantize.int8_dot); torch._int_mm. Minigrad's float32 a @ b of the matmul
-  row is timed in the same blocks: the detail line gives int8 over float32."""
+  x_q's words built on each run (minigrad.quantize.int8_dot) in the layout a quantized layer uses (x_q in its activation
+  range: 7 bits for "bytes7"); torch._int_mm. Minigrad's float32 a @ b of the matmul row is timed in the same blocks:
+  the detail line gives int8 over float32."""
   from minigrad import dtypes
-  from minigrad.quantize.int8_dot import activation_words, layout_for, pack_weight, word_matmul
-  n = 1024
-  x_q, w_q = rng.integers(-128, 128, (n, n)).astype(np.int8), rng.integers(-128, 128, (n, n)).astype(np.int8)
-  tx, packed = Tensor(x_q).realize(), pack_weight(Tensor(w_q), layout_for(Device.DEFAULT))
+  from minigrad.quantize.int8_dot import activation_max, activation_words, layout_for, pack_weight, word_matmul
+  n, layout = 1024, layout_for(Device.DEFAULT)
+  qmax = activation_max(layout)
+  x_q, w_q = rng.integers(-qmax, qmax + 1, (n, n)).astype(np.int8), rng.integers(-128, 128, (n, n)).astype(np.int8)
+  tx, packed = Tensor(x_q).realize(), pack_weight(Tensor(w_q), layout)
   a, b = Tensor(rng.standard_normal((n, n)).astype(np.float32)).realize(), Tensor(rng.standard_normal((n, n)).astype(np.float32)).realize()
   runners: Runners = {**minigrad_runners(lambda: word_matmul(activation_words(tx.cast(dtypes.int32), packed.layout), packed)),
                       "float32": minigrad_runners(lambda: a @ b)["minigrad"]}

@@ -2,8 +2,10 @@
 
 Input: the Int8Dot facts of a kernel (which instruction, on how many int32 lanes). Output: C helper functions
 `dot_<instruction>_v<lanes>(acc, a, b)`, each acc + the dot product of the words in every int32 lane (of "bytes"
-words: unsigned byte of a * signed byte of b over 4 bytes; of "pairs" words: over their 2 int16 halves), spelled with the instruction's intrinsic under the macro the compiler predefines for it (the
-Target's features are those macros), else with the plain shifts and multiplies (the same numbers; int32 lanes wrap).
+words: unsigned byte of a * signed byte of b over 4 bytes; of "bytes7" words: the same with a's bytes & 127; of
+"pairs" words: over their 2 int16 halves), spelled with the instruction's intrinsic under the macro the compiler
+predefines for it (the Target's features are those macros), else with the plain shifts and multiplies (the same
+numbers; int32 lanes wrap).
 """
 from __future__ import annotations
 from typing import Callable
@@ -37,6 +39,17 @@ SPELLINGS: dict[str, tuple[int, str, tuple[str, ...]]] = {
     _FLIP, "int8x16_t signed_b = vreinterpretq_s8_s32((int32x4_t)b);",
     "int32x4_t corrected = vsubq_s32((int32x4_t)acc, vdotq_s32(vdupq_n_s32(0), flip, signed_b));",
     "return (int_v4)vdotq_s32(corrected, veorq_s8(vreinterpretq_s8_s32((int32x4_t)a), flip), signed_b);")),
+  # "bytes7" words: a's bytes & 127 (so pmaddubsw's int16 pair sums can't saturate, see opt.cpu_policy), pairs summed
+  # into int32 by pmaddwd with ones
+  "pmaddubsw512": (16, "defined(__AVX512BW__)", (
+    "__m512i pairs = _mm512_maddubs_epi16(_mm512_and_si512((__m512i)a, _mm512_set1_epi8(127)), (__m512i)b);",
+    "return acc + (int_v16)_mm512_madd_epi16(pairs, _mm512_set1_epi16(1));")),
+  "pmaddubsw256": (8, "defined(__AVX2__)", (
+    "__m256i pairs = _mm256_maddubs_epi16(_mm256_and_si256((__m256i)a, _mm256_set1_epi8(127)), (__m256i)b);",
+    "return acc + (int_v8)_mm256_madd_epi16(pairs, _mm256_set1_epi16(1));")),
+  "pmaddubsw128": (4, "defined(__SSSE3__)", (
+    "__m128i pairs = _mm_maddubs_epi16(_mm_and_si128((__m128i)a, _mm_set1_epi8(127)), (__m128i)b);",
+    "return acc + (int_v4)_mm_madd_epi16(pairs, _mm_set1_epi16(1));")),
   # "pairs" words: 2 signed int16 halves
   "vpdpwssd512": (16, "defined(__AVX512VNNI__) && defined(__AVX512F__)",
                   ("return (int_v16)_mm512_dpwssd_epi32((__m512i)acc, (__m512i)a, (__m512i)b);",)),
@@ -45,9 +58,11 @@ SPELLINGS: dict[str, tuple[int, str, tuple[str, ...]]] = {
   "pmaddwd128": (4, "defined(__SSE2__)", ("return acc + (int_v4)_mm_madd_epi16((__m128i)a, (__m128i)b);",)),
 }
 PAIRS = ("vpdpwssd512", "pmaddwd512", "pmaddwd256", "pmaddwd128")
+BYTES7 = ("pmaddubsw512", "pmaddubsw256", "pmaddubsw128")
 PLAIN_PAIRS = ("return acc + ((a << 16) >> 16) * ((b << 16) >> 16) + (a >> 16) * (b >> 16);",)
 PLAIN = ("return acc + (a & 255) * ((b << 24) >> 24) + ((a >> 8) & 255) * ((b << 16) >> 24)",
          "           + ((a >> 16) & 255) * ((b << 8) >> 24) + ((a >> 24) & 255) * (b >> 24);")
+PLAIN7 = tuple(line.replace("& 255)", "& 127)") for line in PLAIN)
 INCLUDES = ("#if defined(__x86_64__)", "#include <immintrin.h>", "#elif defined(__aarch64__)", "#include <arm_neon.h>", "#endif")
 
 
@@ -64,6 +79,10 @@ def int8_dot_call(dot: Int8Dot, names: dict[UOp, str], broadcast: Callable[[str]
   return expr
 
 
+def _plain(instruction: str) -> tuple[str, ...]:
+  return PLAIN_PAIRS if instruction in PAIRS else PLAIN7 if instruction in BYTES7 else PLAIN
+
+
 def int8_dot_helpers(instructions: set[str]) -> list[str]:
   """The helper functions of the instructions a kernel uses (after the vector typedefs)."""
   lines = list(INCLUDES) if instructions else []
@@ -71,5 +90,5 @@ def int8_dot_helpers(instructions: set[str]) -> list[str]:
     lanes, condition, body = SPELLINGS[instruction]
     vec = f"int_v{lanes}"
     lines += [f"static inline {vec} {helper_name(instruction)}({vec} acc, {vec} a, {vec} b) {{", f"#if {condition}",
-              *(f"  {text}" for text in body), "#else", *(f"  {text}" for text in (PLAIN_PAIRS if instruction in PAIRS else PLAIN)), "#endif", "}"]
+              *(f"  {text}" for text in body), "#else", *(f"  {text}" for text in _plain(instruction)), "#endif", "}"]
   return lines

@@ -5,7 +5,7 @@ Input: the linearizer's list of UOps. Output: facts about it that the renderers 
   - `prefetches`: vector loads that should also prefetch data ahead (the next row of a fused softmax, the rest of a
     packed matmul panel);
   - `int8_dots`: sums of the products of int8 values packed into int32 words (4 bytes, or 2 int16 halves) that the
-    Target's dot-product instruction computes (vpdpbusd, pmaddwd, sdot ...; opt.cpu_policy decides which);
+    Target's dot-product instruction computes (vpdpbusd, pmaddubsw, pmaddwd, sdot ...; opt.cpu_policy decides which);
   - `EXP2_POLY`: the polynomial of the renderers' inline AVX-512 exp2.
 Both renderers use the same facts, so a kernel gives the same bits on either backend.
 """
@@ -14,7 +14,7 @@ from typing import NamedTuple
 from minigrad.dtype import dtypes
 from minigrad.uop.ops import UOp, Ops, GroupOp
 from minigrad.uop.symbolic import split_terms, _coefficient
-from minigrad.opt.cpu_policy import int8_dot_instruction, int16_pair_instruction
+from minigrad.opt.cpu_policy import int7_dot_instruction, int8_dot_instruction, int16_pair_instruction
 from minigrad.target import Target
 
 # 2**f on [-0.5, 0.5]: a degree-6 polynomial fitted for relative error (1.9e-9), under 1 ulp in float32 with FMAs;
@@ -158,21 +158,24 @@ INT8_DOT_DTYPES = tuple(dtypes.int32.vec(w) for w in (4, 8, 16))
 class Int8Dot(NamedTuple):
   """The sum of `rest` (terms added as they are; none: 0) and, for each (instruction, a, b) of `steps`, the dot
   product of the int32 words a and b: "bytes" words (opt.cpu_policy.INT8_DOT_INSTRUCTIONS) sum unsigned byte of a *
-  signed byte of b over their 4 bytes, "pairs" words (INT16_PAIR_INSTRUCTIONS) the products of their 2 int16 halves.
+  signed byte of b over their 4 bytes, "bytes7" words (INT7_DOT_INSTRUCTIONS) the same with a's bytes & 127, "pairs"
+  words (INT16_PAIR_INSTRUCTIONS) the products of their 2 int16 halves.
   A word that is a scalar is the same in every lane."""
   rest: tuple[UOp, ...]
   steps: tuple[tuple[str, UOp, UOp], ...]
 
 
 def _part_of(u: UOp) -> tuple[UOp, str, int] | None:
-  """(int32 word, kind, index) when u is a part of a word: "ubyte" (w >> 8*i) & 255, "sbyte" (w << 24 - 8*i) >> 24,
-  "half" (w << 16) >> 16 or w >> 16 (a shift by 0 left out); on vectors or broadcast from a scalar."""
+  """(int32 word, kind, index) when u is a part of a word: "ubyte" (w >> 8*i) & 255, "u7byte" (w >> 8*i) & 127,
+  "sbyte" (w << 24 - 8*i) >> 24, "half" (w << 16) >> 16 or w >> 16 (a shift by 0 left out); on vectors or broadcast
+  from a scalar."""
   if u.op is Ops.VECTORIZE and all(s is u.src[0] for s in u.src): u = u.src[0]
   if u.dtype.scalar() != dtypes.int32 or u.op not in (Ops.AND, Ops.SHR): return None
   word, amount = u.src[0], _const_value(u.src[1])
   inner = _const_value(word.src[1]) if word.op in (Ops.SHR, Ops.SHL) else None
-  if u.op is Ops.AND and amount == 255:
-    return (word.src[0], "ubyte", inner // 8) if word.op is Ops.SHR and inner in (8, 16, 24) else (word, "ubyte", 0)
+  if u.op is Ops.AND and amount in (255, 127):
+    kind = "ubyte" if amount == 255 else "u7byte"
+    return (word.src[0], kind, inner // 8) if word.op is Ops.SHR and inner in (8, 16, 24) else (word, kind, 0)
   if u.op is Ops.SHR and amount == 24:
     return (word.src[0], "sbyte", (24 - inner) // 8) if word.op is Ops.SHL and inner in (8, 16, 24) else (word, "sbyte", 3)
   if u.op is Ops.SHR and amount == 16:
@@ -181,14 +184,16 @@ def _part_of(u: UOp) -> tuple[UOp, str, int] | None:
 
 
 def _dot_term(t: UOp, order: dict[UOp, int]) -> tuple[tuple[str, UOp, UOp], int] | None:
-  """((layout, a, b), index) when t is one product of a dot of words a and b: ubyte(a, i) * sbyte(b, i) ("bytes") or
-  half(a, i) * half(b, i) ("pairs", a the word that comes first in the kernel)."""
+  """((layout, a, b), index) when t is one product of a dot of words a and b: ubyte(a, i) * sbyte(b, i) ("bytes"),
+  u7byte(a, i) * sbyte(b, i) ("bytes7") or half(a, i) * half(b, i) ("pairs", a the word that comes first in the
+  kernel)."""
   if t.op is not Ops.MUL: return None
   x, y = _part_of(t.src[0]), _part_of(t.src[1])
   if x is None or y is None or x[2] != y[2]: return None
-  if {x[1], y[1]} == {"ubyte", "sbyte"}:
-    unsigned, signed = (x, y) if x[1] == "ubyte" else (y, x)
-    return ("bytes", unsigned[0], signed[0]), x[2]
+  for kind, layout in (("ubyte", "bytes"), ("u7byte", "bytes7")):
+    if {x[1], y[1]} == {kind, "sbyte"}:
+      unsigned, signed = (x, y) if x[1] == kind else (y, x)
+      return (layout, unsigned[0], signed[0]), x[2]
   if x[1] == y[1] == "half":
     a, b = sorted((x[0], y[0]), key=lambda w: order.get(w, -1))
     return ("pairs", a, b), x[2]
@@ -196,9 +201,9 @@ def _dot_term(t: UOp, order: dict[UOp, int]) -> tuple[tuple[str, UOp, UOp], int]
 
 
 def int8_dots(uops: list[UOp], target: Target | None) -> dict[UOp, Int8Dot]:
-  """Sums (trees of int32-vector ADDs) that contain all the products of a dot of two words (4 for "bytes", 2 for
-  "pairs"; minigrad.quantize.int8_dot builds them): the root ADD -> an Int8Dot, for the words whose layout has an
-  instruction for the vector's lanes on `target` (opt.cpu_policy decides). The ADDs and products it replaces are
+  """Sums (trees of int32-vector ADDs) that contain all the products of a dot of two words (4 for "bytes" and
+  "bytes7", 2 for "pairs"; minigrad.quantize.int8_dot builds them): the root ADD -> an Int8Dot, for the words whose
+  layout has an instruction for the vector's lanes on `target` (opt.cpu_policy decides). The ADDs and products it replaces are
   left unused; without an instruction the plain arithmetic stays."""
   if target is None or not any(u.op is Ops.MUL and u.dtype in INT8_DOT_DTYPES for u in uops): return {}
   uses: dict[UOp, int] = {}
@@ -210,7 +215,9 @@ def int8_dots(uops: list[UOp], target: Target | None) -> dict[UOp, Int8Dot]:
   found: dict[UOp, Int8Dot] = {}
   for root in uops:
     if root.op is not Ops.ADD or root.dtype not in INT8_DOT_DTYPES or root in inner: continue
-    instructions = {"bytes": int8_dot_instruction(target, root.dtype.count), "pairs": int16_pair_instruction(target, root.dtype.count)}
+    lanes = root.dtype.count
+    instructions = {"bytes": int8_dot_instruction(target, lanes), "bytes7": int7_dot_instruction(target, lanes),
+                    "pairs": int16_pair_instruction(target, lanes)}
     terms, stack = [], [root]
     while stack:
       u = stack.pop()
@@ -220,7 +227,7 @@ def int8_dots(uops: list[UOp], target: Target | None) -> dict[UOp, Int8Dot]:
     for t in terms:
       if (found_term := _dot_term(t, order)) is not None and instructions[found_term[0][0]] is not None:
         groups.setdefault(found_term[0], {}).setdefault(found_term[1], t)
-    complete = [key for key, products in groups.items() if len(products) == (4 if key[0] == "bytes" else 2)]
+    complete = [key for key, products in groups.items() if len(products) == (2 if key[0] == "pairs" else 4)]
     if not complete: continue
     used = {t for key in complete for t in groups[key].values()}
     found[root] = Int8Dot(tuple(t for t in terms if t not in used), tuple((instructions[layout], a, b) for layout, a, b in complete))

@@ -1,8 +1,8 @@
 """The LLVM IR spelling of the int8 dot-product idiom (codegen.cpu_patterns.int8_dots) for the LLVM renderer.
 
 Input: an Int8Dot and the renderer's function writer (its operands' registers, its `temp` helper values). Output: the
-Target's instruction as the LLVM intrinsic clang emits for it (vpdpbusd, vpdpwssd, pmaddwd, sdot, usdot): the same
-numbers as the C renderer's helpers (codegen.c_int8_dot).
+Target's instruction as the LLVM intrinsic clang emits for it (vpdpbusd, vpdpwssd, pmaddubsw, pmaddwd, sdot, usdot):
+the same numbers as the C renderer's helpers (codegen.c_int8_dot).
 """
 from __future__ import annotations
 from minigrad.codegen.cpu_patterns import Int8Dot
@@ -14,6 +14,8 @@ ACCUMULATING = {"vpdpbusd512": "@llvm.x86.avx512.vpdpbusd.512", "vpdpbusd256": "
                 "vpdpbusd128vex": "@llvm.x86.avx512.vpdpbusd.128", "vpdpwssd512": "@llvm.x86.avx512.vpdpwssd.512"}
 # pmaddwd by int32 lanes: int16 pairs multiplied and summed into int32
 PMADDWD = {16: "@llvm.x86.avx512.pmaddw.d.512", 8: "@llvm.x86.avx2.pmadd.wd", 4: "@llvm.x86.sse2.pmadd.wd"}
+# pmaddubsw by int32 lanes: unsigned x signed bytes, pairs summed into int16 (saturating: "bytes7" words never do)
+PMADDUBSW = {16: "@llvm.x86.avx512.pmaddubs.w.512", 8: "@llvm.x86.avx2.pmadd.ub.sw", 4: "@llvm.x86.ssse3.pmadd.ub.sw.128"}
 NEON_DOTS = {"sdot": "@llvm.aarch64.neon.sdot.v4i32.v16i8", "usdot": "@llvm.aarch64.neon.usdot.v4i32.v16i8"}
 
 
@@ -43,6 +45,12 @@ def render_int8_dot(writer, u: UOp, dot: Int8Dot) -> str:
     a, b = vector(a_word), vector(b_word)
     if instruction in ACCUMULATING: acc = call(ACCUMULATING[instruction], ints, (ints, acc), (ints, a), (ints, b))
     elif instruction.startswith("pmaddwd"): acc = temp(f"add {ints} {acc}, {pmaddwd(a, b)}")
+    elif instruction.startswith("pmaddubsw"):   # "bytes7": a's bytes & 127, int16 pair sums, pmaddwd with ones
+      # freeze: LLVM's instruction selection (llvmlite's LLVM, 512-bit vectors) loops forever on the masked operand
+      masked = temp(f"freeze {ints} {temp(f'and {ints} {a}, {splat(0x7F7F7F7F)}')}")
+      a7 = temp(f"bitcast {ints} {masked} to {bytes_}")
+      pairs = call(PMADDUBSW[lanes], shorts, (bytes_, a7), (bytes_, temp(f"bitcast {ints} {b} to {bytes_}")))
+      acc = temp(f"add {ints} {acc}, {call(PMADDWD[lanes], ints, (shorts, pairs), (shorts, splat(1, shorts)))}")
     elif instruction.startswith("bytes_pmaddwd"):   # even and odd bytes widened to int16 pairs (see c_int8_dot)
       low_bytes, eight, eight16 = splat(0x00FF00FF), splat(8), splat(8, shorts)
       a_even = temp(f"and {ints} {a}, {low_bytes}")

@@ -90,6 +90,15 @@ INT8_DOT_INSTRUCTIONS: dict[str, dict[int, tuple[tuple[str, frozenset[str]], ...
                  ("bytes_pmaddwd128", frozenset({"sse2"})))},
   "aarch64": {4: (("usdot", frozenset({"neon", "i8mm"})), ("sdot", frozenset({"neon", "dotprod"})))},
 }
+# "bytes7" words are "bytes" words whose unsigned bytes are read as 7-bit (byte & 127: quantized activations kept in
+# [0, 127]). pmaddubsw multiplies unsigned by signed bytes into int16 pair sums, saturating; with the unsigned side
+# below 128 a pair sum lies in [2 * 127 * -128, 2 * 127 * 127] = [-32512, 32258], inside int16, so it never saturates;
+# pmaddwd with ones then sums the pairs into int32 (two instructions per 4 k, where "pairs" words take two per 4 k
+# and twice the loads)
+INT7_DOT_INSTRUCTIONS: dict[str, dict[int, tuple[tuple[str, frozenset[str]], ...]]] = {
+  "x86_64": {16: (("pmaddubsw512", frozenset({"avx512bw"})),), 8: (("pmaddubsw256", frozenset({"avx2"})),),
+             4: (("pmaddubsw128", frozenset({"ssse3"})),)},
+}
 # "pairs" words hold 2 consecutive k as signed int16 halves: the sum over a word of the halves' products, which pmaddwd
 # computes with nothing to unpack (vpdpwssd with AVX-512 VNNI also adds it to the accumulator)
 INT16_PAIR_INSTRUCTIONS: dict[str, dict[int, tuple[tuple[str, frozenset[str]], ...]]] = {
@@ -98,6 +107,8 @@ INT16_PAIR_INSTRUCTIONS: dict[str, dict[int, tuple[tuple[str, frozenset[str]], .
 }
 # the byte dot products that are one instruction (bytes_pmaddwd takes five: "pairs" words need one)
 SINGLE_BYTE_DOTS = ("vpdpbusd512", "vpdpbusd256", "vpdpbusd256vex", "vpdpbusd128", "vpdpbusd128vex", "usdot", "sdot")
+# the activation values each layout holds: "bytes7" words keep activations in [-63, 63] (+64: 7 unsigned bits)
+ACTIVATION_MAX = {"bytes": 127, "bytes7": 63, "pairs": 127}
 
 
 def _instruction(table: dict, target: Target, lanes: int) -> str | None:
@@ -110,15 +121,23 @@ def int8_dot_instruction(target: Target, lanes: int) -> str | None:
   return _instruction(INT8_DOT_INSTRUCTIONS, target, lanes)
 
 
+def int7_dot_instruction(target: Target, lanes: int) -> str | None:
+  """The instruction for the dot product of "bytes7" words on `lanes` int32 lanes, or None (plain C)."""
+  return _instruction(INT7_DOT_INSTRUCTIONS, target, lanes)
+
+
 def int16_pair_instruction(target: Target, lanes: int) -> str | None:
   """The instruction for the dot product of "pairs" words on `lanes` int32 lanes, or None (plain C)."""
   return _instruction(INT16_PAIR_INSTRUCTIONS, target, lanes)
 
 
-def int8_dot_layout(target: Target) -> str:
+def int8_dot_layout(target: Target, full_range: bool = False) -> str:
   """How int8 matmul operands are packed into int32 words for `target`: "bytes" (4 k per word, a quarter of float32's
-  bytes) where one instruction sums a word's products on the widest vectors, else "pairs" (2 k per word, as int16)
-  where pmaddwd does, else "bytes" (plain C either way: the fewer bytes)."""
+  bytes) where one instruction sums a word's products on the widest vectors, else "bytes7" (4 k per word, activations
+  in 7 bits) where pmaddubsw does without saturating, unless both operands need all 8 bits (`full_range`: an exact
+  int8 x int8 product), else "pairs" (2 k per word, as int16) where pmaddwd does, else "bytes" (plain C either way:
+  the fewer bytes)."""
   lanes = target.vector_bytes // 4
   if int8_dot_instruction(target, lanes) in SINGLE_BYTE_DOTS: return "bytes"
+  if not full_range and int7_dot_instruction(target, lanes) is not None: return "bytes7"
   return "pairs" if int16_pair_instruction(target, lanes) is not None else "bytes"

@@ -5,10 +5,14 @@ Input: int8 values (activations quantized as int32 Tensors, weights as int8 Tens
 The products are not summed one int8 per element but over int32 words that pack several k each, the words' parts
 taken apart with shifts and masks, multiplied and added: plain integer arithmetic that every device computes, which
 codegen.cpu_patterns.int8_dots recognises and the C and LLVM renderers spell as the Target's instruction (vpdpbusd,
-pmaddwd, sdot ...). Two layouts; opt.cpu_policy.int8_dot_layout picks the one the Target has an instruction for:
+pmaddubsw, pmaddwd, sdot ...). Three layouts; opt.cpu_policy.int8_dot_layout picks the one the Target has an
+instruction for:
   "bytes": 4 k per word. The activation's bytes are unsigned (q + 128), the weight's signed: the word's dot is
     sum_i ubyte(a, i) * sbyte(w, i) (vpdpbusd's unsigned x signed). The +128 adds 128 * sum_k w[n, k] to output n,
     which `PackedWeight.correction` (computed once per weight) takes off again.
+  "bytes7": as "bytes", for activations quantized to [-63, 63] (opt.cpu_policy.ACTIVATION_MAX): the unsigned bytes
+    are q + 64, in [1, 127], read as byte & 127, which pmaddubsw (AVX2) multiplies without saturating; the correction
+    is -64 * sum_k w[n, k]. Activations lose one bit, as torch's x86 quantized kernels' (reduce_range).
   "pairs": 2 k per word as signed int16 halves, both operands as they are: the word's dot is
     sum_i half(a, i) * half(w, i) (pmaddwd). No correction.
 Which k share a word is free (a sum doesn't mind their order): word j takes element j of each of the 4 (or 2)
@@ -26,27 +30,36 @@ from minigrad.tensor import Tensor
 from minigrad.tensor.function import const_uop
 from minigrad.uop.ops import Ops, UOp
 
-LAYOUTS = {"bytes": 4, "pairs": 2}   # layout -> k per word
-WORD_BLOCK = 16        # a row of this many words or more is padded to a multiple of it: whole 64-byte vectors
+LAYOUTS = {"bytes": 4, "bytes7": 4, "pairs": 2}   # layout -> k per word
+ACTIVATION_OFFSET = {"bytes": 128, "bytes7": 64, "pairs": 0}   # layout -> added to an activation: its unsigned byte
+WORD_BLOCK = 8         # a row of 4 times this many words or more is padded to a multiple of it: whole 32-byte vectors
+                       # (AVX-512's 64-byte vectors cost less in a tail than 16-word padding costs in the matmul)
 MIN_K_MAJOR_N = 16     # weights with fewer rows (outputs) keep them apart (n-major): vectors run along k instead
 PACKED_DEVICES = ("CPU", "LLVM")     # the devices whose Target decides the layout (others: "bytes")
 
 
-def layout_for(device: str) -> str:
+def layout_for(device: str, full_range: bool = False) -> str:
   """The word layout for int8 matmuls on `device`: its Target's (opt.cpu_policy.int8_dot_layout) on the CPU devices,
-  else "bytes" (GPUs and PYTHON run the plain arithmetic: the fewer bytes the better)."""
+  else "bytes" (GPUs and PYTHON run the plain arithmetic: the fewer bytes the better). `full_range`: activations use
+  all of int8 (never "bytes7")."""
   if device.split(":")[0] not in PACKED_DEVICES: return "bytes"
   from minigrad.target import cpu_target
   from minigrad.opt.cpu_policy import int8_dot_layout
-  return int8_dot_layout(cpu_target())
+  return int8_dot_layout(cpu_target(), full_range)
+
+
+def activation_max(layout: str) -> int:
+  """The largest |activation| `layout` holds: 127, or 63 for "bytes7"."""
+  from minigrad.opt.cpu_policy import ACTIVATION_MAX
+  return ACTIVATION_MAX[layout]
 
 
 @dataclass(frozen=True, slots=True)   # slots: no __dict__, so nn.state's walk (state dicts, saved files) skips it
 class PackedWeight:
   """An int8 weight (N, K) packed for `layout`: `words` int32, (word_count(K), N) (k-major: the output's vectors run
   along n) or, for fewer than MIN_K_MAJOR_N outputs, (N, word_count(K)) (vectors along k, summed across at the end);
-  `correction` (N,) int32 to add to each output ("bytes": -128 * the row's sum; "pairs": None). Derived from the
-  int8 weight, never saved."""
+  `correction` (N,) int32 to add to each output ("bytes": -128 * the row's sum, "bytes7": -64 * the row's sum;
+  "pairs": None). Derived from the int8 weight, never saved."""
   layout: str
   words: Tensor
   correction: Tensor | None
@@ -100,22 +113,23 @@ def pack_weight(weight_q: Tensor, layout: str) -> PackedWeight:
   values = weight_q.cast(dtypes.int32)
   words = _words(values, layout)
   words = (words.T if weight_q.shape[0] >= MIN_K_MAJOR_N else words).contiguous().realize()
-  correction = (values.sum(1, dtype=dtypes.int32) * -128).contiguous().realize() if layout == "bytes" else None
+  offset = ACTIVATION_OFFSET[layout]
+  correction = (values.sum(1, dtype=dtypes.int32) * -offset).contiguous().realize() if offset else None
   return PackedWeight(layout, words, correction, weight_q.shape[1], weight_q.shape[0], weight_q.shape[0] >= MIN_K_MAJOR_N)
 
 
 def activation_words(q: Tensor, layout: str) -> Tensor:
-  """Quantized activations (..., K) (int32 values in [-128, 127]) as the words `layout` multiplies them in: "bytes"
-  unsigned (q + 128), "pairs" as they are."""
-  return _words(q + 128 if layout == "bytes" else q, layout)
+  """Quantized activations (..., K) (int32 values in [-128, 127]; for "bytes7" in [-64, 63]) as the words `layout`
+  multiplies them in: "bytes" unsigned (q + 128), "bytes7" unsigned (q + 64), "pairs" as they are."""
+  return _words(q + ACTIVATION_OFFSET[layout] if ACTIVATION_OFFSET[layout] else q, layout)
 
 
 def _dot(a: Tensor, w: Tensor, layout: str) -> Tensor:
   """The dot product of words a and w (same shape), elementwise: the products of their parts, summed."""
   op, total = _Words(a.shape, a.device), None
   for i in range(LAYOUTS[layout]):
-    if layout == "bytes":
-      unsigned = op(op(a.uop, Ops.SHR, 8 * i) if i else a.uop, Ops.AND, 255)
+    if layout != "pairs":   # "bytes7": the unsigned bytes are 7-bit (& 127), see opt.cpu_policy.INT7_DOT_INSTRUCTIONS
+      unsigned = op(op(a.uop, Ops.SHR, 8 * i) if i else a.uop, Ops.AND, 127 if layout == "bytes7" else 255)
       signed = op(op(w.uop, Ops.SHL, 24 - 8 * i), Ops.SHR, 24) if i < 3 else op(w.uop, Ops.SHR, 24)
       product = unsigned.alu(Ops.MUL, signed)
     else:

@@ -5,7 +5,9 @@ Input: float32 Tensors (activations), int8 Tensors (quantized weights) and float
 
 Symmetric int8 everywhere: a real value v is stored as q = round(v / scale) clipped to [-127, 127] (-128 is never
 produced, so a negated value still fits and int8 x int8 products stay within +-127*127), and read back as q * scale.
-Weights have one scale per output channel, activations one per tensor.
+Weights have one scale per output channel, activations one per tensor. Where the matmul's words are "bytes7"
+(AVX2's pmaddubsw, see quantize.int8_dot) activations are quantized to [-63, 63] instead: the same scale times
+127 / 63 (a static layer's saved scale stays the 127 one).
 
 The quantized matmul is int8 x int8 -> int32, summed in int32 (a sum of K products of at most 128*128 could overflow
 int32 only past K = 131,000, which `check_reduce_length` refuses) over int32 words that pack 4 (or 2) int8 values
@@ -19,7 +21,8 @@ import numpy as np
 from minigrad.dtype import dtypes
 from minigrad.tensor import Tensor
 from minigrad.nn import functional
-from minigrad.quantize.int8_dot import PackedWeight, activation_words, layout_for, pack_weight, word_matmul
+from minigrad.tensor.conv import sliding_windows
+from minigrad.quantize.int8_dot import PackedWeight, activation_max, activation_words, layout_for, pack_weight, word_matmul
 
 QMAX = 127   # symmetric int8 range [-127, 127]
 MAX_REDUCE_LENGTH = (2**31 - 1) // (128 * 128)   # products summed before an int32 sum could overflow (-128 too)
@@ -45,20 +48,32 @@ def quantize_activation(x: Tensor, scale: Tensor) -> Tensor:
   return quantized_values(x, scale).cast(dtypes.int8)
 
 
-def quantized_values(x: Tensor, scale: Tensor) -> Tensor:
-  """x / scale rounded (half up) and clipped to [-127, 127], as int32 values. `scale` is a Tensor of one element (a calibrated
+def quantized_values(x: Tensor, scale: Tensor, qmax: int = QMAX) -> Tensor:
+  """x / scale rounded (half up) and clipped to [-qmax, qmax] (qmax <= 127), as int32 values. `scale` is a Tensor of one element (a calibrated
   constant or the batch's own). Rounding: +128.5 makes every value positive, so the cast to int32 (truncation) is
   floor(v + 0.5); -128 brings it back. It costs a handful of ops per element where round() (half to even) costs
   a dozen, and multiplying by the reciprocal and max/min build small graphs where / and clip() build large ones (the
   graph is built on every eager call). NaN in x gives an unspecified int8 (C leaves the cast undefined)."""
-  clipped = (x.float() * scale.reciprocal()).maximum(-QMAX).minimum(QMAX)
+  scaled = x.float() * scale.reciprocal()
+  low = (scaled < -qmax).where(-qmax, scaled)   # where(p < q, q, p): one max instruction (codegen.cpu_patterns.simd_idioms)
+  clipped = (qmax < low).where(qmax, low)
   return (clipped + (QMAX + 1.5)).cast(dtypes.int32) - (QMAX + 1)
 
 
-def dynamic_scale(x: Tensor) -> Tensor:
-  """The scale of a batch quantized on its own (torch's quantize_dynamic): max |x| / 127, as a 1-element Tensor. An
-  all-zero batch gets a tiny scale (1e-30 / 127), which quantizes it to zeros, as any scale would."""
-  return x.float().abs().max().reshape(1).maximum(1e-30) * (1 / QMAX)
+def dynamic_scale(x: Tensor, qmax: int = QMAX) -> Tensor:
+  """The scale of a batch quantized on its own (torch's quantize_dynamic): max |x| / qmax, as a 1-element Tensor. An
+  all-zero batch gets a tiny scale (1e-30 / qmax), which quantizes it to zeros, as any scale would."""
+  # |x| as its bits with the sign cleared: non-negative floats order as their bits do, so the largest is an int32 max
+  # (one instruction where a float max must mind NaN); a NaN in x gives a NaN scale
+  magnitude = (x.float().bitcast(dtypes.int32) & 0x7FFFFFFF).max().bitcast(dtypes.float32)
+  return magnitude.maximum(1e-30) * (1 / qmax)
+
+
+def activation_scale(x: Tensor, input_scale: Tensor | None, qmax: int) -> Tensor:
+  """The scale x is quantized with to [-qmax, qmax]: the batch's own (input_scale None), else the calibrated one
+  (saved for [-127, 127]) times 127 / qmax."""
+  if input_scale is None: return dynamic_scale(x, qmax)
+  return input_scale * (QMAX / qmax) if qmax != QMAX else input_scale
 
 
 def check_reduce_length(length: int, what: str) -> None:
@@ -68,13 +83,15 @@ def check_reduce_length(length: int, what: str) -> None:
 
 def int8_matmul(x_q: Tensor, weight_q: Tensor, layout: str | None = None) -> Tensor:
   """(..., K) int8 @ (N, K).T int8 -> (..., N) int32, exact: summed in int32 over words of `layout` (None: the
-  device's, see quantize.int8_dot.layout_for). The weight is packed on each call: layers pack theirs once."""
+  device's for full int8 operands, see quantize.int8_dot.layout_for; not "bytes7", whose activations are 7-bit). The
+  weight is packed on each call: layers pack theirs once."""
   if x_q.dtype != dtypes.int8 or weight_q.dtype != dtypes.int8:
     raise TypeError(f"int8_matmul: expected int8 operands, got {x_q.dtype} {x_q.shape} and {weight_q.dtype} {weight_q.shape}")
   if x_q.ndim == 0 or weight_q.ndim != 2 or x_q.shape[-1] != weight_q.shape[1]:
     raise ValueError(f"int8_matmul: input {x_q.shape} and weight {weight_q.shape} don't match: expected (..., K) and (N, K)")
   check_reduce_length(weight_q.shape[1], "int8_matmul")
-  packed = pack_weight(weight_q, layout or layout_for(weight_q.device))
+  if layout == "bytes7": raise ValueError("int8_matmul: \"bytes7\" words hold activations in [-64, 63] only, not all of int8")
+  packed = pack_weight(weight_q, layout or layout_for(weight_q.device, full_range=True))
   return word_matmul(activation_words(x_q.cast(dtypes.int32), packed.layout), packed)
 
 
@@ -91,21 +108,56 @@ def int8_linear(x: Tensor, weight_q: Tensor, weight_scale: Tensor, bias: Tensor 
                 packed: PackedWeight | None = None) -> Tensor:
   """A quantized Linear: x quantized with `input_scale` (None: the batch's own, dynamic) then int8 @ int8 -> int32,
   dequantized with input_scale * weight_scale, plus bias: float32 (..., N). `packed`: weight_q packed already
-  (quantize.int8_dot.pack_weight), else it is packed here."""
-  scale = dynamic_scale(x) if input_scale is None else input_scale
+  (quantize.int8_dot.pack_weight), else it is packed here. The activation range is the layout's (activation_max)."""
   if packed is None:
     check_reduce_length(weight_q.shape[1], "int8_linear")
     packed = pack_weight(weight_q, layout_for(weight_q.device))
+  qmax = activation_max(packed.layout)
+  scale = activation_scale(x, input_scale, qmax)
   # the activation's words are built where it is quantized, in one elementwise kernel before the matmul's
-  words = activation_words(quantized_values(x, scale), packed.layout).contiguous()
+  words = activation_words(quantized_values(x, scale, qmax), packed.layout).contiguous()
   accumulated = word_matmul(words, packed)
   return dequantize_output(accumulated, scale * weight_scale, bias)
 
 
+def _pair(value) -> tuple[int, int] | None:
+  if isinstance(value, int): return (value, value)
+  if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) for v in value): return tuple(value)
+  return None
+
+
+def conv_as_word_matmul(x: Tensor, stride, padding, dilation, groups: int) -> bool:
+  """Whether int8_conv2d runs as a word matmul over the input's windows: groups 1, a 4-d input, int or pair
+  stride/padding/dilation (else, e.g. padding="same", it takes the integer convolution of nn.conv)."""
+  return groups == 1 and x.ndim == 4 and None not in (_pair(stride), _pair(padding), _pair(dilation))
+
+
 def int8_conv2d(x: Tensor, weight_q: Tensor, weight_scale: Tensor, bias: Tensor | None, input_scale: Tensor | None,
-                stride, padding, dilation, groups: int) -> Tensor:
+                stride, padding, dilation, groups: int, packed: PackedWeight | None = None) -> Tensor:
   """A quantized Conv2d: x quantized as in int8_linear, convolved with the int8 weight in integers, dequantized.
-  The convolution (nn.conv) sums integer products as Tensor.sum does, in int64 (as torch): exact all the same."""
+  Where conv_as_word_matmul: the int8 matmul of int8_linear, of each output position's window (C_in * KH * KW values,
+  packed into words where the input is quantized: one elementwise kernel) with the weight as a (C_out, C_in * KH * KW)
+  matrix (`packed`, else packed here). Otherwise the convolution of nn.conv, which sums integer products as
+  Tensor.sum does, in int64 (as torch): exact all the same."""
+  if conv_as_word_matmul(x, stride, padding, dilation, groups):
+    (pad_h, pad_w), c_out, (kh, kw) = _pair(padding), weight_q.shape[0], weight_q.shape[2:]
+    out_h, out_w = ((size + 2 * p - d * (k - 1) - 1) // s + 1 for size, p, d, k, s in
+                    zip(x.shape[2:], _pair(padding), _pair(dilation), (kh, kw), _pair(stride)))
+    if out_h >= 1 and out_w >= 1 and x.shape[1] == weight_q.shape[1]:   # else nn.conv's error
+      if packed is None:
+        check_reduce_length(int(np.prod(weight_q.shape[1:])), "int8_conv2d")
+        packed = pack_weight(weight_q.reshape(c_out, -1), layout_for(weight_q.device))
+      qmax = activation_max(packed.layout)
+      scale = activation_scale(x, input_scale, qmax)
+      # quantized once into int8 (a window reads each value KH * KW times), padded with zeros (0 quantizes to 0)
+      quantized = quantized_values(x, scale, qmax).cast(dtypes.int8).contiguous().cast(dtypes.int32)
+      padded = quantized.pad(((0, 0), (0, 0), (pad_h, pad_h), (pad_w, pad_w)))
+      windows = sliding_windows(padded, (kh, kw), _pair(stride), _pair(dilation))   # (N, C_in, OH, OW, KH, KW)
+      patches = windows.permute(0, 2, 3, 1, 4, 5).reshape(x.shape[0], out_h, out_w, -1)
+      # the words stored position-minor, (N, words, OH, OW): their kernel then reads and writes rows of positions
+      words = activation_words(patches, packed.layout).permute(0, 3, 1, 2).contiguous().permute(0, 2, 3, 1)
+      accumulated = word_matmul(words, packed)   # (N, OH, OW, C_out)
+      return dequantize_output(accumulated, scale * weight_scale, bias).permute(0, 3, 1, 2)
   scale = dynamic_scale(x) if input_scale is None else input_scale
   check_reduce_length(int(np.prod(weight_q.shape[1:])), "int8_conv2d")
   x_q = quantize_activation(x, scale)

@@ -61,6 +61,17 @@ class _Quantized:
     return cls._build(layer, Tensor(weight_q, device=device), Tensor(scales, device=device),
                       Tensor(bias, device=device) if bias is not None else None, scale, kind)
 
+  def packed_weight(self) -> int8_dot.PackedWeight:
+    """The weight, as a matrix (C_out, the rest), packed into words for the device's int8 dot product
+    (quantize.int8_dot), once: again only when `weight` is replaced (a loaded state dict) or moved to another device."""
+    key = (self.weight.uop, self.weight.device)
+    if getattr(self, "_packed_key", None) != key:
+      matrix = self.weight.reshape(self.weight.shape[0], -1)
+      kernels.check_reduce_length(matrix.shape[1], type(self).__name__)
+      self._packed = int8_dot.pack_weight(matrix, int8_dot.layout_for(self.weight.device))
+      self._packed_key = key
+    return self._packed
+
   def dequantized_weight(self) -> np.ndarray:
     """The float32 weight this layer computes with: int8 weight * per-channel scale."""
     shape = (-1,) + (1,) * (self.weight.ndim - 1)
@@ -75,16 +86,6 @@ class QuantizedLinear(_Quantized):
   @classmethod
   def _build(cls, layer, weight_q, weight_scale, bias, input_scale, kind):
     return cls(weight_q, weight_scale, bias, input_scale, kind)
-
-  def packed_weight(self) -> int8_dot.PackedWeight:
-    """The weight packed into words for the device's int8 dot product (quantize.int8_dot), once: again only when
-    `weight` is replaced (a loaded state dict) or moved to another device."""
-    key = (self.weight.uop, self.weight.device)
-    if getattr(self, "_packed_key", None) != key:
-      kernels.check_reduce_length(self.weight.shape[1], type(self).__name__)
-      self._packed = int8_dot.pack_weight(self.weight, int8_dot.layout_for(self.weight.device))
-      self._packed_key = key
-    return self._packed
 
   def __call__(self, x: Tensor) -> Tensor:
     _check_input(x, self.weight.shape[1], -1, type(self).__name__)
@@ -115,8 +116,9 @@ class QuantizedConv2d(_Quantized):
 
   def __call__(self, x: Tensor) -> Tensor:
     _check_input(x, self.weight.shape[1] * self.groups, -3, type(self).__name__)
+    packed = self.packed_weight() if kernels.conv_as_word_matmul(x, self.stride, self.padding, self.dilation, self.groups) else None
     return kernels.int8_conv2d(x, self.weight, self.weight_scale, self.bias, self.input_scale, self.stride, self.padding,
-                               self.dilation, self.groups)
+                               self.dilation, self.groups, packed)
 
 
 class WeightOnlyConv2d(QuantizedConv2d):
