@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from minigrad.dtype import dtypes
 from minigrad.tensor import Tensor
+import minigrad.tensor.function as F
 from minigrad.nn import functional
 from minigrad.tensor.conv import sliding_windows
 from minigrad.quantize.int8_dot import PackedWeight, activation_max, activation_words, layout_for, pack_weight, word_matmul
@@ -112,12 +113,26 @@ def int8_linear(x: Tensor, weight_q: Tensor, weight_scale: Tensor, bias: Tensor 
   if packed is None:
     check_reduce_length(weight_q.shape[1], "int8_linear")
     packed = pack_weight(weight_q, layout_for(weight_q.device))
-  qmax = activation_max(packed.layout)
-  scale = activation_scale(x, input_scale, qmax)
-  # the activation's words are built where it is quantized, in one elementwise kernel before the matmul's
-  words = activation_words(quantized_values(x, scale, qmax), packed.layout).contiguous()
-  accumulated = word_matmul(words, packed)
-  return dequantize_output(accumulated, scale * weight_scale, bias)
+  # the layer's graph is built once per shapes and layout and copied (a template, minigrad.tensor.function.templated):
+  # an eager call costs a few nodes, not the hundred ops of quantizing, packing and dequantizing; no gradient flows
+  given = (packed.correction is not None, bias is not None, input_scale is not None)
+  key = ("int8_linear", packed.layout, packed.k, packed.n, packed.k_major) + given
+  inputs = [t for t in (packed.correction, bias, input_scale) if t is not None]
+  return F.templated(key, _int8_linear_graph(packed, given), x, packed.words, weight_scale, *inputs)[0]
+
+
+def _int8_linear_graph(packed: PackedWeight, given: tuple[bool, bool, bool]):
+  """int8_linear's graph on (x, weight words, weight scale, correction?, bias?, input scale?)."""
+  def graph(x: Tensor, words: Tensor, weight_scale: Tensor, *rest: Tensor) -> Tensor:
+    optional = iter(rest)
+    correction, bias, input_scale = (next(optional) if present else None for present in given)
+    weight = PackedWeight(packed.layout, words, correction, packed.k, packed.n, packed.k_major)
+    qmax = activation_max(packed.layout)
+    scale = activation_scale(x, input_scale, qmax)
+    # the activation's words are built where it is quantized, in one elementwise kernel before the matmul's
+    x_words = activation_words(quantized_values(x, scale, qmax), packed.layout).contiguous()
+    return dequantize_output(word_matmul(x_words, weight), scale * weight_scale, bias)
+  return graph
 
 
 def _pair(value) -> tuple[int, int] | None:
