@@ -20,7 +20,8 @@ checkpoint and samples; every rank reads --resume (rank 0's weights are then bro
 
 Input text: --data FILE, else $TINYSHAKESPEARE, else ../shared/datasets/tinyshakespeare/input.txt next to the
 repository, else the cached copy ~/.cache/minigrad/tinyshakespeare/input.txt, else a download (md5 checked). Offline
-and without the file, one line says so and the model trains on a short sample of text built into this file.
+and without the file, one line says so and the model trains on a short sample of text built into
+examples/text_data.py (which loads the text).
 
 Generation (`--generate N`): the keys and values of every block sit in one preallocated cache tensor, (layers, 2,
 batch, heads, context, head size). The prompt, padded to a quarter, half or all of --context (the first that holds
