@@ -53,8 +53,8 @@ class _Kernels:
 
 @dataclass
 class RunPlan:
-  """How a call whose stored nodes are alive as in `alive` lays out its created buffers: `kept` get a BUFFER node
-  and memory of their own (results someone can see), the others share the `blocks` (device, bytes)."""
+  """How a call lays out its created buffers, for one pattern of alive stored nodes (its key in run_plans): `kept`
+  get a BUFFER node and memory of their own (results someone can see), the others share the `blocks` (device, bytes)."""
   kept: tuple[int, ...]                                  # created-buffer indices
   blocks: tuple[tuple[str, int], ...]
   pooled: tuple[tuple[int, int, int, Any], ...]          # (created-buffer index, block, size, dtype)
