@@ -607,3 +607,54 @@ def test_assign_and_is_leaf():
   np.testing.assert_array_equal(p.numpy(), [5, 6])
   with pytest.raises(ValueError, match="shape"):
     p.assign(Tensor([1.0]))
+
+
+# ---------------------------------------------------------------- whole layers as one Function (templated gradients)
+
+@pytest.mark.parametrize("weight, bias", [(True, True), (True, False), (False, True), (False, False)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_gradients_of_every_input_match_torch(weight, bias, dtype):
+  rng = np.random.default_rng(7)
+  x_np, g_np = (rng.standard_normal((3, 5, 6)) * 3 + 1).astype(dtype), rng.standard_normal((3, 5, 6)).astype(dtype)
+  w_np, b_np = rng.standard_normal(6).astype(dtype), rng.standard_normal(6).astype(dtype)
+  x, tx = Tensor(x_np, requires_grad=True), torch.tensor(x_np, requires_grad=True)
+  w, tw = (Tensor(w_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)) if weight else (None, None)
+  b, tb = (Tensor(b_np, requires_grad=True), torch.tensor(b_np, requires_grad=True)) if bias else (None, None)
+  (nn.functional.layer_norm(x, (6,), w, b) * Tensor(g_np)).sum().backward()
+  (torch.nn.functional.layer_norm(tx, (6,), tw, tb) * torch.tensor(g_np)).sum().backward()
+  for mine, theirs in ((x, tx), (w, tw), (b, tb)):
+    if mine is not None: np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_gradients_match_torch_on_3d_input(bias):
+  rng = np.random.default_rng(8)
+  layer, ref = nn.Linear(5, 3, bias=bias), torch.nn.Linear(5, 3, bias=bias)
+  with torch.no_grad():
+    ref.weight.copy_(torch.tensor(layer.weight.numpy()))
+    if bias: ref.bias.copy_(torch.tensor(layer.bias.numpy()))
+  x_np, g_np = rng.standard_normal((2, 4, 5)).astype(np.float32), rng.standard_normal((2, 4, 3)).astype(np.float32)
+  for _ in range(2):   # the second call copies the gradient's template built by the first
+    layer.weight.grad = None
+    if bias: layer.bias.grad = None
+    ref.zero_grad()
+    x, tx = Tensor(x_np, requires_grad=True), torch.tensor(x_np, requires_grad=True)
+    (layer(x) * Tensor(g_np)).sum().backward()
+    (ref(tx) * torch.tensor(g_np)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(layer.weight.grad.numpy(), ref.weight.grad.numpy(), rtol=1e-5, atol=1e-6)
+    if bias: np.testing.assert_allclose(layer.bias.grad.numpy(), ref.bias.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_causal_attention_with_more_keys_than_queries_matches_torch_gradients():
+  rng = np.random.default_rng(9)
+  q_np, k_np, v_np = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 3, 4), (2, 3, 6, 4), (2, 3, 6, 5)))
+  g_np = rng.standard_normal((2, 3, 3, 5)).astype(np.float32)
+  mine = [Tensor(a, requires_grad=True) for a in (q_np, k_np, v_np)]
+  theirs = [torch.tensor(a, requires_grad=True) for a in (q_np, k_np, v_np)]
+  out = mine[0].scaled_dot_product_attention(mine[1], mine[2], is_causal=True)
+  expected = torch.nn.functional.scaled_dot_product_attention(*theirs, is_causal=True)
+  np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-5)
+  (out * Tensor(g_np)).sum().backward()
+  (expected * torch.tensor(g_np)).sum().backward()
+  for a, b in zip(mine, theirs): np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-5)
