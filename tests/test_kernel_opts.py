@@ -711,3 +711,23 @@ def test_tile_unrolls_a_reduce_gathered_from_parts(target):
   out, _ = run_with(build(), kernel.applied_opts)
   expected = a_np.transpose(2, 0, 1, 3).reshape(64, 384) @ w_np
   np.testing.assert_allclose(out.reshape(64, 128), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target, width", [(AVX512, 16), (AVX2, 8), (SSE2, 4)], ids=["avx512", "avx2", "sse2"])
+def test_lanes_pad_an_output_dim_no_width_divides(target, width):
+  # x.T @ g with 65 outputs per row (a vocabulary of 65: the GPT example's tied output layer's gradient): no width
+  # divides 65, so the lanes pad it to whole vectors (masked loads and stores) instead of leaving the kernel scalar
+  x_np, g_np = arr(96, 128), arr(96, 65)
+  build = lambda: Tensor(x_np).T @ Tensor(g_np)
+  (item,) = build().schedule()
+  kernel = decide(item.ast, target)
+  padded = -(-65 // width) * width
+  assert Opt("PADTO", 1, padded) in kernel.applied_opts and Opt("UPCAST", 1, width) in kernel.applied_opts, kernel.applied_opts
+  out, _ = run_with(build(), kernel.applied_opts)
+  np.testing.assert_allclose(out.reshape(128, 65), x_np.T @ g_np, rtol=1e-4, atol=1e-4)
+
+
+def test_lanes_leave_a_short_dim_no_width_divides_scalar():
+  # 5 outputs per row would make fewer than MIN_PADDED_LANE_VECTORS vectors of any width: no padding
+  (item,) = (Tensor(arr(3, 4)) @ Tensor(arr(4, 5))).schedule()
+  assert not any(o.op == "PADTO" and o.axis == 1 for o in decide(item.ast, AVX512).applied_opts)

@@ -7,7 +7,9 @@ Input: a fresh `Kernel`. Output: the same kernel with `apply_opt` called for the
 The rules, in figures for a CPU with 32 SIMD registers of 16 floats and two FMA units (AVX-512); the machine facts
 they use come from the kernel's Target through minigrad/opt/cpu_policy.py (AVX2: 16 registers of 8 floats):
   1. lanes: the output dim that is contiguous in memory becomes 16 (or 8, 4, 2) SIMD lanes, when every buffer
-     reads the new lane dim contiguously or not at all. Padding is fine: a load whose validity changes
+     reads the new lane dim contiguously or not at all. In a reduce kernel, a dim no width divides is padded to
+     whole vectors, by up to MAX_LANE_PAD_WASTE (a product over a vocabulary of 65: 5 vectors of 16). Elementwise
+     kernels keep such a dim scalar: their math (exp, log) would change from the scalar to the vector formulas. Padding is fine: a load whose validity changes
      across the lanes becomes a masked vector load. An elementwise kernel that transposes takes its lanes along
      the input's contiguous dim instead, and moves a square block per trip (stored by shuffles) or writes its lanes
      one by one.
@@ -68,6 +70,8 @@ from minigrad.uop.symbolic import split_terms
 LANES = tuple(sorted(VECTOR_WIDTHS, reverse=True))
 TILE_ROWS = (1, 2, 3, 4, 6, 8, 16)   # register tile rows tried (3 x 4 dot products fill AVX2's 12 accumulators)
 MAX_PAD_WASTE = 1 / 64     # a tile's rows may pad their dim (PADTO) by up to this fraction
+MAX_LANE_PAD_WASTE = 1 / 4  # lanes on an output dim no width divides may pad it by up to this fraction (rule 1)
+MIN_PADDED_LANE_VECTORS = 4  # ... when that makes at least this many vectors (a dim of 5 stays scalar)
 MAX_ONE_HOT_VECTORS = 64   # vectors added under one IF by a one-hot sum (rule 8)
 MAX_UNROLLED_REDUCE = 4    # reduce dims up to this size are unrolled whole
 ROW_UNROLL = 4             # vectors per loop trip in a row reduction: a shorter chain through the accumulator
@@ -168,10 +172,13 @@ def _cpu_optimizations(k: Kernel) -> None:
   globals_ = k.axes_of("global")
   has_reduce = bool(k.axes_of("reduce"))
   if sum(1 for n in k.ast.toposort if n.op is Ops.REDUCE_AXIS) > 1: return _fused_reduces(k, widths, out_strides)
-  # 1. lanes on the output's contiguous dim
+  # 1. lanes on the output's contiguous dim (in a reduce kernel, padded to whole vectors when no width divides it)
   for axis in reversed(globals_):
     if out_strides[axis] != 1: continue
     width = next((w for w in widths if _lanes_fit(k, Opt("UPCAST", globals_.index(axis), w))), None)
+    if width is None and has_reduce and (padded := _padded_lanes(k, globals_.index(axis), widths)) is not None:
+      k.apply_opt(Opt("PADTO", globals_.index(axis), padded))
+      width = next(w for w in widths if padded % w == 0)
     if width is None: continue
     size = k.full_shape[axis]
     k.apply_opt(Opt("UPCAST", globals_.index(axis), width))
@@ -214,6 +221,19 @@ def _cpu_optimizations(k: Kernel) -> None:
     k.apply_opt(Opt("UNROLL", reduces.index(axis), width))
     if size > width: _unroll_rows(k, axis)
     return
+
+
+def _padded_lanes(k: Kernel, global_index: int, widths: list[int]) -> int | None:
+  """1. the size to pad a contiguous output dim to (PADTO) for lanes of the widest width that wastes at most
+  MAX_LANE_PAD_WASTE of them and makes at least MIN_PADDED_LANE_VECTORS vectors, when no width divides it (a
+  vocabulary of 65: 5 vectors of 16 with masked loads and stores, instead of 65 scalar outputs per row)."""
+  size = k.full_shape[k.axes_of("global")[global_index]]
+  for width in widths:
+    padded = -(-size // width) * width
+    if padded < MIN_PADDED_LANE_VECTORS * width or (padded - size) / padded > MAX_LANE_PAD_WASTE: continue
+    if (trial := _trial(k, Opt("PADTO", global_index, padded))) is None: continue
+    if _lanes_fit(trial, Opt("UPCAST", global_index, width)): return padded
+  return None
 
 
 def _sums_one_hot_rows(k: Kernel) -> bool:
