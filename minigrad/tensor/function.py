@@ -9,7 +9,7 @@ from typing import Any, TYPE_CHECKING
 import functools
 import math
 import operator
-from minigrad.dtype import DType, truncate
+from minigrad.dtype import DType, dtypes, truncate
 from minigrad.uop.ops import UOp, Ops, device_node, toposort
 from minigrad.uop.shapetracker import ShapeTracker, view_uop
 from minigrad.uop.variable import state as variables, extents_of, symbolic_shape, user_shape, from_uop
@@ -375,7 +375,6 @@ def _chain_rule_of(fn: Any) -> Any:
   an input fn doesn't depend on, or that isn't a float)."""
   def gradient(grad: Tensor, *xs: Tensor) -> tuple[Tensor, ...]:
     from minigrad.tensor.tensor import Tensor
-    from minigrad.dtype import dtypes
     previous, Tensor.grad_enabled = Tensor.grad_enabled, True
     try:
       leaves = [Tensor(x.uop, requires_grad=dtypes.is_float(x.dtype)) for x in xs]
