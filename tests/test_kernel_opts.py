@@ -731,3 +731,16 @@ def test_lanes_leave_a_short_dim_no_width_divides_scalar():
   # 5 outputs per row would make fewer than MIN_PADDED_LANE_VECTORS vectors of any width: no padding
   (item,) = (Tensor(arr(3, 4)) @ Tensor(arr(4, 5))).schedule()
   assert not any(o.op == "PADTO" and o.axis == 1 for o in decide(item.ast, AVX512).applied_opts)
+
+
+@pytest.mark.parametrize("target, width", [(AVX512, 16), (AVX2, 8), (SSE2, 4)], ids=["avx512", "avx2", "sse2"])
+def test_lanes_load_an_input_read_after_the_reduce_loop_lane_by_lane(target, width):
+  # a.T @ b + c.T (a tied weight's gradient plus the embedding's, stored transposed): c reads the output's lanes with
+  # a stride of 65, but only after the reduce loop, so the lanes stay on the output's contiguous dim
+  a_np, b_np, c_np = arr(96, 65), arr(96, 128), arr(128, 65)
+  build = lambda: Tensor(a_np).T @ Tensor(b_np) + Tensor(c_np).T
+  (item,) = build().schedule()
+  kernel = decide(item.ast, target)
+  assert Opt("UPCAST", 1, width) in kernel.applied_opts, kernel.applied_opts
+  out, _ = run_with(build(), kernel.applied_opts)
+  np.testing.assert_allclose(out.reshape(65, 128), a_np.T @ b_np + c_np.T, rtol=1e-4, atol=1e-4)

@@ -8,8 +8,10 @@ The rules, in figures for a CPU with 32 SIMD registers of 16 floats and two FMA 
 they use come from the kernel's Target through minigrad/opt/cpu_policy.py (AVX2: 16 registers of 8 floats):
   1. lanes: the output dim that is contiguous in memory becomes 16 (or 8, 4, 2) SIMD lanes, when every buffer
      reads the new lane dim contiguously or not at all. In a reduce kernel, a dim no width divides is padded to
-     whole vectors, by up to MAX_LANE_PAD_WASTE (a product over a vocabulary of 65: 5 vectors of 16). Elementwise
-     kernels keep such a dim scalar: their math (exp, log) would change from the scalar to the vector formulas. Padding is fine: a load whose validity changes
+     whole vectors, by up to MAX_LANE_PAD_WASTE (a product over a vocabulary of 65: 5 vectors of 16), and an input
+     that only the code after the reduce loop reads may read the lanes another way, lane by lane (a tied weight's
+     gradient adding the embedding's, stored transposed). Elementwise kernels keep such dims scalar: their math (exp,
+     log) would change from the scalar to the vector formulas. Padding is fine: a load whose validity changes
      across the lanes becomes a masked vector load. An elementwise kernel that transposes takes its lanes along
      the input's contiguous dim instead, and moves a square block per trip (stored by shuffles) or writes its lanes
      one by one.
@@ -115,14 +117,19 @@ def _trial(k: Kernel, opt: Opt | None) -> Kernel | None:
   return trial
 
 
-def _lanes_fit(k: Kernel, opt: Opt, scattered_output: bool = False, gathered_parts: bool = False) -> bool:
+def _lanes_fit(k: Kernel, opt: Opt, scattered_output: bool = False, gathered_parts: bool = False,
+               gathered_epilogue: bool = False) -> bool:
   """After `opt`, is the new (last) dim read contiguously or not at all by every buffer (with `scattered_output`:
   by every input, one of them contiguously; the output is then written lane by lane)? With `gathered_parts`, padded
   inputs (the parts of a cat) may read it another way, lane by lane, when the output and another input are
-  contiguous along it."""
+  contiguous along it. With `gathered_epilogue`, so may inputs that the reduce loop doesn't read (loaded once per
+  output vector, after the loop)."""
   trial = _trial(k, opt)
   if trial is None: return False
   strides = [(st is trial.output_st, stride) for st, stride in zip(trial.sts, _strides(trial, trial.shape_len - 1))]
+  if gathered_epilogue:
+    in_loop = {id(st) for st in _loop_loads(trial)}
+    return all(stride in (0, 1) or (not is_output and id(st) not in in_loop) for st, (is_output, stride) in zip(trial.sts, strides))
   if gathered_parts:
     padded = [st.views[-1].mask is not None for st in trial.sts]
     return all(stride in (0, 1) or is_padded for (_, stride), is_padded in zip(strides, padded)) and \
@@ -179,6 +186,8 @@ def _cpu_optimizations(k: Kernel) -> None:
     if width is None and has_reduce and (padded := _padded_lanes(k, globals_.index(axis), widths)) is not None:
       k.apply_opt(Opt("PADTO", globals_.index(axis), padded))
       width = next(w for w in widths if padded % w == 0)
+    if width is None and has_reduce:   # an input read after the reduce loop, across the lanes, is loaded lane by lane
+      width = next((w for w in widths if _lanes_fit(k, Opt("UPCAST", globals_.index(axis), w), gathered_epilogue=True)), None)
     if width is None: continue
     size = k.full_shape[axis]
     k.apply_opt(Opt("UPCAST", globals_.index(axis), width))
