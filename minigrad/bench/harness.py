@@ -41,6 +41,7 @@ TORCH_AVX2_FEATURES = frozenset({"avx2", "fma"})
 LIBRARY_LIMITS = {"default": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
                   "avx2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"},
                   "avx512": {"MKL_ENABLE_INSTRUCTIONS": "AVX512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX512"}}
+LIBRARY_LIMIT_NAMES = tuple(dict.fromkeys(name for limits in LIBRARY_LIMITS.values() for name in limits))
 # the host's ISA features a report shows (the rest of Target.features are details)
 REPORTED_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512vnni",
                      "avx512bf16", "avx512fp16", "avxvnni", "amx-tile", "neon", "fullfp16", "dotprod", "i8mm", "bf16",
@@ -81,7 +82,7 @@ def choose_torch_isa(target: Target, host: Target, override: str | None = None,
   if host.arch in X86_ARCHS and capability in X86_TORCH_LEVELS and host_level in X86_TORCH_LEVELS and \
      X86_TORCH_LEVELS.index(capability) < X86_TORCH_LEVELS.index(host_level):
     settings.update(LIBRARY_LIMITS[capability])
-  for name in LIBRARY_LIMITS["avx2"]:   # the user's own limits for MKL, oneDNN and fbgemm stay (and are shown)
+  for name in LIBRARY_LIMIT_NAMES:   # the user's own limits for MKL, oneDNN and fbgemm stay (and are shown)
     if environ.get(name, "").strip(): settings[name] = environ[name].strip()
   return TorchIsa(capability, reason, tuple(settings.items()))
 
