@@ -7,7 +7,7 @@ A plain training loop realizes a graph of the same structure every step (minigra
 structure's schedule was recorded and its kernels compiled, everything else a call decides is the same as last
 time too: which buffer each kernel reads and writes, which new buffers outlive the call, how the short-lived ones
 share memory (minigrad/engine/memory.py) and the batch of launches (minigrad/engine/batched.py). This module keeps
-those per structure (`RunPlan`, in the recipe's `run_plans`) and, on a later call, goes straight from the graph's
+those per structure (`RunPlan`s, in the `_Kernels` kept in the recipe's `run`) and, on a later call, goes straight from the graph's
 buffers to the launches: no ScheduleItems, no BUFFER nodes for buffers nobody will see, no memory planning, one
 gather per kernel instead of a lookup per buffer.
 
@@ -16,7 +16,7 @@ a TinyJit capture, BEAM), for structures with symbolic shapes (their kernels tak
 views are rebound per call), and for kernels that don't run on the CPU thread pool (GPUs, the PYTHON device).
 """
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter, methodcaller
 from typing import Any, Callable, Sequence
 import weakref
@@ -39,7 +39,7 @@ MAX_RUN_PLANS = 8   # kept per structure, one per pattern of alive stored nodes 
 class _Kernels:
   """What every call of a structure shares: where each kernel's buffers are in the call's flat list of Buffers (the
   graph's buffers the kernels use, in `inputs` order, then the created ones, in the recipe's order) and the key of
-  its batch of launches."""
+  its batch of launches; and a RunPlan per pattern of alive stored nodes (`plans`, the MAX_RUN_PLANS newest)."""
   inputs: tuple[int, ...]                                # walk positions of the graph's BUFFERs the kernels use
   gathers: tuple[Callable[[list], tuple], ...]           # per kernel: flat list -> its buffers, in its item's order
   batch_key: tuple                                       # batched.batches' key: the ASTs and their devices
@@ -49,11 +49,12 @@ class _Kernels:
   targets_new: tuple[int, ...]                           # created-buffer indices the targets become
   stored_positions: tuple[int, ...]                      # recipe.stored, in two columns
   stored_values: tuple[reuse.Value, ...]
+  plans: dict[tuple[bool, ...], RunPlan] = field(default_factory=dict)
 
 
 @dataclass
 class RunPlan:
-  """How a call lays out its created buffers, for one pattern of alive stored nodes (its key in run_plans): `kept`
+  """How a call lays out its created buffers, for one pattern of alive stored nodes (its key in _Kernels.plans): `kept`
   get a BUFFER node and memory of their own (results someone can see), the others share the `blocks` (device, bytes)."""
   kept: tuple[int, ...]                                  # created-buffer indices
   blocks: tuple[tuple[str, int], ...]
@@ -78,9 +79,9 @@ def _fast_recipe(structure: reuse.Structure) -> reuse.Recipe | None:
   """The structure's recipe when this call may take the fast path."""
   if (engine.launch_recorder is not None or viz.observing or DEBUG >= 1 or BEAM >= 1
       or (recipe := reuse.find(structure)) is None): return None
-  if (kernels := recipe.run_plans.get("kernels")) is None:
+  if (kernels := recipe.run[0]) is None:
     if (kernels := _shared_part(recipe)) is None: return None   # not compiled yet, or not for the thread pool
-    recipe.run_plans["kernels"] = kernels
+    recipe.run[0] = kernels
   if not kernels: return None
   recipe.uses[0] += 1
   return recipe
@@ -117,7 +118,7 @@ def _gather(indices: list[int]) -> Callable[[list], tuple]:
 
 
 def _run(tensors: Sequence[Any], structure: reuse.Structure, recipe: reuse.Recipe) -> None:
-  kernels: _Kernels = recipe.run_plans["kernels"]
+  kernels: _Kernels = recipe.run[0]
   nodes, new_buffers = structure.nodes, recipe.new_buffers
   flat: list = list(map(_allocated, map(engine.buffer_of, map(nodes.__getitem__, kernels.inputs))))
   node_at = {slot: nodes[slot] for slot in kernels.seen}   # slot -> the node a result is seen through (reuse.Value)
@@ -127,9 +128,9 @@ def _run(tensors: Sequence[Any], structure: reuse.Structure, recipe: reuse.Recip
   for t, new in zip(tensors, becomes): t.uop = new
   del becomes, nodes, structure   # the old graphs die here unless something else holds them
   alive = tuple(ref() is not None for ref, _ in stored)
-  if (plan := recipe.run_plans.get(alive)) is None:
-    plan = recipe.run_plans[alive] = _plan(recipe, kernels, [v for (_, v), live in zip(stored, alive) if live])
-    if len(recipe.run_plans) > MAX_RUN_PLANS + 1: del recipe.run_plans[next(k for k in recipe.run_plans if k != "kernels")]
+  if (plan := kernels.plans.get(alive)) is None:
+    plan = kernels.plans[alive] = _plan(recipe, kernels, [v for (_, v), live in zip(stored, alive) if live])
+    if len(kernels.plans) > MAX_RUN_PLANS: del kernels.plans[next(iter(kernels.plans))]
   flat.extend([None] * len(new_buffers))
   base, runtime_buffer = len(kernels.inputs), engine.buffers
   for j in plan.kept:

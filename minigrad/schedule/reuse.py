@@ -106,7 +106,7 @@ class Recipe:
   stored: tuple[tuple[int, Value], ...]                 # (walk position of a computed node, the buffer view holding it)
   seconds: float                                        # what scheduling the structure took the first time
   uses: list[int]                                       # how often it was reused (one counter, mutable)
-  run_plans: dict = field(default_factory=dict, compare=False)   # kept by the engine: how it ran (engine/eager.py)
+  run: list = field(default_factory=lambda: [None], compare=False)   # the engine's plan for running it (engine/eager.py)
 
 
 recipes: dict[_Key, Recipe] = {}
