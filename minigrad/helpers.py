@@ -40,6 +40,8 @@ class ContextVar:
 DEBUG, BEAM, NOOPT = ContextVar("DEBUG", 0), ContextVar("BEAM", 0), ContextVar("NOOPT", 0)
 # VIZ=1: an HTML report of every schedule and kernel; PROFILE=1: a Chrome trace-event JSON (minigrad/viz/)
 VIZ, PROFILE = ContextVar("VIZ", 0), ContextVar("PROFILE", 0)
+# LAUNCH_BLOCKING=1: a realize returns only once its kernels ran (as CUDA_LAUNCH_BLOCKING; see minigrad/engine/eager.py)
+LAUNCH_BLOCKING = ContextVar("LAUNCH_BLOCKING", 0)
 
 
 class GlobalCounters:

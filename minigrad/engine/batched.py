@@ -7,7 +7,8 @@ A plain training loop runs the same schedule every step (the same kernel ASTs in
 reuse) on new buffers. The first time, realize launches its kernels one by one; then a `Batch` is kept for that
 sequence of ASTs: a LaunchList (minigrad/runtime/cpu_pool.py) of all of them, the buffer sizes each kernel was
 checked against, and their FLOPs and bytes. Later runs write the new buffers' addresses into the list and run it
-(if a buffer's size differs, nothing runs and the caller launches one by one, with its checks). realize uses it
+(if a buffer's size differs, nothing runs and the caller launches one by one, with its checks), or start it and
+return while it runs (minigrad/engine/eager.py, which keeps its buffers until it is over). realize uses it
 only when nothing watches launches one at a time (DEBUG, PROFILE/VIZ, a TinyJit capture) and every kernel runs
 on the CPU thread pool (not on a GPU, the PYTHON interpreter, or with Variable arguments).
 """
@@ -16,6 +17,7 @@ from operator import attrgetter, is_, itemgetter
 import threading
 from typing import Any, Sequence
 from minigrad.helpers import GlobalCounters
+from minigrad.runtime import cpu_pool
 from minigrad.runtime.cpu_pool import LaunchList
 
 MAX_BATCHES = 256   # the most recently used sequences of kernels kept
@@ -35,18 +37,22 @@ class Batch:
     self.flops = sum(k.flops for k in kernels)
     self.nbytes = sum(b.nbytes for bufs in buffers for b in bufs)
 
-  def run(self, buffers: Sequence[Sequence[Any]]) -> bool:
+  def run(self, buffers: Sequence[Sequence[Any]], keep: list | None = None) -> bool:
     """Run every kernel on `buffers` (allocated); False, with nothing run, when a buffer's size differs from the
-    one its kernel was checked against, or another thread is running this batch."""
+    one its kernel was checked against, or another thread is running this batch. With `keep` (the Buffers the
+    kernels use, and anything else to keep alive while they run) it returns once they are started
+    (cpu_pool.LaunchList.submit): the caller doesn't touch their memory before cpu_pool.wait()."""
     for (_, _, sizes), bufs in zip(self.args, buffers):
       if tuple(map(_size, bufs)) != sizes: return False
     if not self.lock.acquire(blocking=False): return False
     try:
+      cpu_pool.wait()   # the address arrays below may be in use by this batch's last run
       for (addresses, take, _), bufs in zip(self.args, buffers):
         if take is not None:
           taken = take(bufs)
           addresses[:] = list(map(_opaque, taken)) if isinstance(taken, tuple) else [taken._opaque]
-      self.launches.run()
+      if keep is None: self.launches.run()
+      else: self.launches.submit((self, keep), frozenset(map(_opaque, keep)))   # (self: its kernels' code stays loaded)
     finally: self.lock.release()
     GlobalCounters.kernel_count += self.kernel_count
     GlobalCounters.global_ops += self.flops

@@ -14,13 +14,22 @@ gather per kernel instead of a lookup per buffer.
 It steps aside (the full path runs) whenever something watches or changes launches one by one (DEBUG, PROFILE/VIZ,
 a TinyJit capture, BEAM), for structures with symbolic shapes (their kernels take the Variables' values, their
 views are rebound per call), and for kernels that don't run on the CPU thread pool (GPUs, the PYTHON device).
+
+Its launches don't wait: the batch starts on the pool's workers and realize returns, so Python builds the next
+step's graph while the kernels run, as torch's CUDA launches do. The batch keeps its Buffers alive, and every
+host access to their memory waits for it first (minigrad/runtime/cpu_pool.py, device.py): results read back,
+copies in, raw addresses, other launches. A graph buffer that is the memory of a user's numpy array
+(Tensor.from_numpy) is copied into minigrad's own first, because the user may change the array as soon as realize
+returns; above ASYNC_COPY_MAX_BYTES of those, the call waits for its kernels instead. LAUNCH_BLOCKING=1 makes every
+call wait.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import itemgetter, methodcaller
 from typing import Any, Callable, Sequence
 import weakref
-from minigrad.helpers import BEAM, DEBUG
+from minigrad.helpers import BEAM, DEBUG, LAUNCH_BLOCKING
+import ctypes
 from minigrad.dtype import dtypes
 from minigrad.uop.ops import UOp, Ops
 from minigrad.runtime.device import Buffer
@@ -32,6 +41,7 @@ from minigrad import viz
 
 
 _allocated = methodcaller("allocate")   # a Buffer's allocate(), its subclass's own (PooledBuffer) included
+ASYNC_COPY_MAX_BYTES = 4 << 20   # of user numpy arrays copied per call so that its kernels may run on after it returns
 MAX_RUN_PLANS = 8   # kept per structure, one per pattern of alive stored nodes (a loop has one or two): the oldest goes first
 
 
@@ -138,12 +148,27 @@ def _run(tensors: Sequence[Any], structure: reuse.Structure, recipe: reuse.Recip
     flat[base + j] = runtime_buffer[node] = Buffer(*new_buffers[j]).allocate()
   blocks = [Buffer(device, nbytes, dtypes.uint8).allocate() for device, nbytes in plan.blocks]
   for j, block, size, dtype in plan.pooled: flat[base + j] = PooledBuffer(blocks[block], size, dtype).allocate()
-  try: _launch(kernels, [gather(flat) for gather in kernels.gathers])
+  keep = flat if not LAUNCH_BLOCKING and _own_memory(flat, len(kernels.inputs)) else None
+  try: _launch(kernels, [gather(flat) for gather in kernels.gathers], keep)
   except BaseException:
     engine.failed_buffers.update({node_at[-1 - j]: True for j in plan.kept})
     raise
   mark_realized({node: node_at[v] if v.__class__ is int else UOp(Ops.VIEW, v[1], (node_at[v[0]],), v[2])
                  for ref, v in stored if (node := ref()) is not None})
+
+
+def _own_memory(flat: list, count: int) -> bool:
+  """Replace, in `flat`, each of its first `count` Buffers (the graph's, which the kernels only read) that is the
+  memory of a user's numpy array by a copy in minigrad's memory. False, with nothing replaced, when they hold more
+  than ASYNC_COPY_MAX_BYTES in all: the launch must then finish before realize returns."""
+  shared = [i for i in range(count) if flat[i]._allocator.shares_host_arrays]
+  if not shared: return True
+  if sum(flat[i].nbytes for i in shared) > ASYNC_COPY_MAX_BYTES: return False
+  for i in shared:
+    original = flat[i]
+    flat[i] = copy = Buffer(original.device, original.size, original.dtype).allocate()
+    ctypes.memmove(copy._opaque, original._opaque, original.nbytes)
+  return True
 
 
 def _plan(recipe: reuse.Recipe, kernels: _Kernels, alive_values: list) -> RunPlan:
@@ -156,9 +181,10 @@ def _plan(recipe: reuse.Recipe, kernels: _Kernels, alive_values: list) -> RunPla
                  tuple((j, block_at[id(b.block)], b.size, b.dtype) for j, b in memory.buffers.items()))
 
 
-def _launch(kernels: _Kernels, launches: list[tuple]) -> None:
-  """Run the kernels as one batch (or one by one, the first time or when the batch is busy in another thread)."""
-  if (batch := batched.find(kernels.batch_key, engine.compiled_kernels)) is not None and batch.run(launches): return
+def _launch(kernels: _Kernels, launches: list[tuple], keep: list | None) -> None:
+  """Run the kernels as one batch, started and not waited for when `keep` (the Buffers they use) is given (or one
+  by one and waited for, the first time or when the batch is busy in another thread)."""
+  if (batch := batched.find(kernels.batch_key, engine.compiled_kernels)) is not None and batch.run(launches, keep): return
   compiled = [engine.get_kernel(ast, device) for ast, device, _ in kernels.compiled_keys]
   for kernel, bufs in zip(compiled, launches): engine.launch(kernel, list(bufs))
   if batch is None: batched.keep(kernels.batch_key, kernels.compiled_keys, compiled, launches)

@@ -25,6 +25,11 @@
    the t-th allowed CPU after it: pinned there in its first batch, and again whenever it finds itself on the
    caller's CPU (the caller, never pinned, moved). With fewer CPUs than threads the workers are left unpinned.
 
+   Submitting without waiting (`mg_pool_submit`): the workers run the batch while the caller goes on (in Python,
+   building the next graph); the caller joins it in `mg_pool_wait`, taking the parts still free, and every other
+   entry point (mg_pool_run, mg_pool_submit, a fork) waits for it first, so batches still run one after another.
+   The caller must not touch the batch's memory before that wait (minigrad/runtime/cpu_pool.py keeps track).
+
    Timing (PROFILE=1, minigrad/viz/trace.py): given an array of `mg_part_time`, one per part of the list, each part's
    thread notes which thread ran it and when (CLOCK_MONOTONIC, `mg_pool_now_ns`) into its own slot, so no two threads
    write the same memory; Python reads the array once the call returns. Without one (NULL) nothing is timed: the
@@ -86,7 +91,10 @@ static int started, wanted;
 static pthread_t threads[MAX_WORKERS];
 static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake_up = PTHREAD_COND_INITIALIZER;
-static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;   /* one batch at a time */
+static _Atomic int busy;                  /* a batch is published and not yet over: one batch at a time */
+static _Atomic int64_t submitted = -1;    /* the batch mg_pool_submit published and nobody joined yet, else -1 */
+static _Atomic int32_t submitted_count;   /* its number of launches */
+static _Atomic int64_t last_submitted = -1, last_joined = -1;   /* so a second waiter waits for the first one's join */
 #ifdef __linux__
 static _Atomic int caller_cpu = -1;       /* the CPU the caller of this batch runs on (-1: unknown) */
 static int allowed_cpus[CPU_SETSIZE], allowed_count;   /* the CPUs the process may use, in order */
@@ -209,12 +217,17 @@ static void *worker(void *id) {
   return NULL;
 }
 
+void mg_pool_wait(void);
+
 static void forget_threads_after_fork(void) {
   /* only the forking thread exists in the child: start new workers when it runs a batch */
   started = 0;
   pthread_mutex_init(&sleep_lock, NULL);
   pthread_cond_init(&wake_up, NULL);
-  pthread_mutex_init(&run_lock, NULL);
+  atomic_store(&busy, 0);
+  atomic_store(&submitted, -1);
+  atomic_store(&last_submitted, -1);
+  atomic_store(&last_joined, -1);
   atomic_store(&sleepers, 0);
   atomic_store(&active, 0);
 }
@@ -222,7 +235,7 @@ static void forget_threads_after_fork(void) {
 /* Use `threads` threads (the caller and threads - 1 workers). Returns the number of threads available. */
 int mg_pool_threads(int threads) {
   static int registered;
-  if (!registered) { pthread_atfork(NULL, NULL, forget_threads_after_fork); registered = 1; }
+  if (!registered) { pthread_atfork(mg_pool_wait, NULL, forget_threads_after_fork); registered = 1; }
   if (threads < 1) threads = 1;
   if (threads > MAX_WORKERS + 1) threads = MAX_WORKERS + 1;
   wanted = threads - 1;
@@ -249,14 +262,11 @@ static void run_alone(const mg_launch *list, int n, mg_part_time *times) {
   }
 }
 
-/* Run `n` launches in order, timing each part into `times` (one slot per part, parts clamped to 1..65535) unless it
-   is NULL. Returns 0, or -1 if n is out of range (nothing runs). */
-int mg_pool_run(const mg_launch *list, int n, mg_part_time *times) {
-  if (n < 0 || n > MAX_LAUNCHES) return -1;
-  int split = 0;
-  for (int i = 0; i < n; i++) split |= list[i].parts > 1;
-  /* one part each, no workers, or another thread's batch running: this thread runs them all, whole */
-  if (!split || wanted == 0 || pthread_mutex_trylock(&run_lock) != 0) { run_alone(list, n, times); return 0; }
+static int take_the_pool(void) { int idle = 0; return atomic_compare_exchange_strong(&busy, &idle, 1); }
+
+/* Publish launches `list` as a new batch for the workers (this thread holds `busy`). Returns its number, or -1 when
+   the claim flags can't grow (nothing was published; `busy` is released). */
+static int64_t publish(const mg_launch *list, int n, mg_part_time *times) {
   start_workers();
   uint32_t b = atomic_load(&batch) + 1;
   atomic_store(&state, STATE(b, CLOSED));   /* workers still in the last batch leave it; none can enter this one */
@@ -274,7 +284,7 @@ int mg_pool_run(const mg_launch *list, int n, mg_part_time *times) {
   }
   if (total > claim_slots) {
     _Atomic unsigned char *grown = malloc((size_t)total);
-    if (grown == NULL) { pthread_mutex_unlock(&run_lock); run_alone(list, n, times); return 0; }
+    if (grown == NULL) { atomic_store(&busy, 0); return -1; }
     free((void *)claimed);
     claimed = grown;
     claim_slots = total;
@@ -291,12 +301,58 @@ int mg_pool_run(const mg_launch *list, int n, mg_part_time *times) {
     pthread_cond_broadcast(&wake_up);
     pthread_mutex_unlock(&sleep_lock);
   }
+  return b;
+}
+
+/* Work on batch `b` of `n` launches until it is over, then let the next batch in (noting first that a submitted
+   batch was joined). */
+static void join(uint32_t b, int32_t n, int was_submitted) {
   work_on(b);
   unsigned waited = 0;
   while (STATE_LAUNCH(atomic_load(&state)) < n) {   /* the last parts may still run on other threads */
     cpu_relax();
     if (++waited % YIELD_EVERY == 0) sched_yield();
   }
-  pthread_mutex_unlock(&run_lock);
+  if (was_submitted) atomic_store(&last_joined, b);
+  atomic_store(&busy, 0);
+}
+
+/* Return once the batch of the last mg_pool_submit is over (this thread helps to finish it). */
+void mg_pool_wait(void) {
+  for (unsigned waited = 1;; waited++) {
+    int64_t b = atomic_exchange(&submitted, -1);
+    if (b >= 0) { join((uint32_t)b, atomic_load(&submitted_count), 1); return; }
+    /* none to take; but another thread may be joining it right now, and its memory is not free before that's over */
+    if (atomic_load(&last_joined) == atomic_load(&last_submitted)) return;
+    cpu_relax();
+    if (waited % YIELD_EVERY == 0) sched_yield();
+  }
+}
+
+/* Run `n` launches in order, timing each part into `times` (one slot per part, parts clamped to 1..65535) unless it
+   is NULL. Returns 0, or -1 if n is out of range (nothing runs). */
+int mg_pool_run(const mg_launch *list, int n, mg_part_time *times) {
+  if (n < 0 || n > MAX_LAUNCHES) return -1;
+  mg_pool_wait();
+  int split = 0;
+  for (int i = 0; i < n; i++) split |= list[i].parts > 1;
+  /* one part each, no workers, or another thread's batch running: this thread runs them all, whole */
+  int64_t b;
+  if (!split || wanted == 0 || !take_the_pool() || (b = publish(list, n, times)) < 0) { run_alone(list, n, times); return 0; }
+  join((uint32_t)b, n, 0);
   return 0;
+}
+
+/* Start `n` launches on the workers and return without waiting for them: 1, and mg_pool_wait must come before the
+   caller touches their memory; or 0 when they already ran here (no workers, or another thread's batch running);
+   -1 if n is out of range (nothing runs). */
+int mg_pool_submit(const mg_launch *list, int n) {
+  if (n < 0 || n > MAX_LAUNCHES) return -1;
+  mg_pool_wait();
+  int64_t b;
+  if (wanted == 0 || !take_the_pool() || (b = publish(list, n, NULL)) < 0) { run_alone(list, n, NULL); return 0; }
+  atomic_store(&submitted_count, n);
+  atomic_store(&last_submitted, b);
+  atomic_store(&submitted, b);
+  return 1;
 }

@@ -8,12 +8,19 @@ which releases the GIL while the kernels run).
 (TinyJit replays a captured step as one list; a single kernel launch is a list of one). `addresses[i][arg]` can be
 written in place, so a replay only writes the addresses that differ from the last one.
 
+`LaunchList.submit` starts a list on the pool's workers and returns at once, so Python goes on (building the next
+step's graph) while the kernels run. Until `wait()` the list is "in flight": it keeps alive the Buffers it uses
+(their memory can't be freed and handed out again), and the host must not touch that memory. Buffer.copyin of an
+address in `in_flight_addresses`, Buffer.copyout and Buffer.opaque (any raw access) wait first
+(minigrad/runtime/device.py), and so does every other run of the pool (in C).
+
 While PROFILE=1 records a trace (`minigrad.viz.profiling`, read once per run), each run also notes which pool
 thread ran each part of each launch and when (`PartTime`, on time.perf_counter's clock); the trace takes them with
 `take_part_times` right after the launch (minigrad/viz/trace.py). Otherwise nothing is timed.
 """
 from __future__ import annotations
 from dataclasses import dataclass
+import atexit
 import ctypes
 import threading
 import time
@@ -68,6 +75,10 @@ def pool() -> ctypes.CDLL:
       library = load_library(CCompiler(extra_flags=("-pthread",)).compile_cached(source))
       library.mg_pool_run.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
       library.mg_pool_run.restype = ctypes.c_int
+      library.mg_pool_submit.argtypes = [ctypes.c_void_p, ctypes.c_int]
+      library.mg_pool_submit.restype = ctypes.c_int
+      library.mg_pool_wait.argtypes = []
+      library.mg_pool_wait.restype = None
       library.mg_pool_now_ns.argtypes = []
       library.mg_pool_now_ns.restype = ctypes.c_int64
       library.mg_pool_threads.argtypes = [ctypes.c_int]
@@ -76,6 +87,22 @@ def pool() -> ctypes.CDLL:
       _library = library
     return _library
 
+
+# the list submitted last, while it may still run: (the LaunchList, what it keeps alive); and the addresses of the
+# memory it reads and writes (empty when nothing is in flight)
+_in_flight: tuple | None = None
+in_flight_addresses: frozenset[int] = frozenset()
+
+
+def wait() -> None:
+  """Return once the list submitted last is over (its memory may then be touched)."""
+  global _in_flight, in_flight_addresses
+  if (current := _in_flight) is None: return
+  current[0].library.mg_pool_wait()
+  if _in_flight is current: _in_flight, in_flight_addresses = None, frozenset()   # (unless another thread submitted meanwhile)
+
+
+atexit.register(wait)   # no kernel may still run while the interpreter frees its memory
 
 _clock_offset_ns: int | None = None
 
@@ -126,6 +153,17 @@ class LaunchList:
       address = ctypes.addressof(self.launches) + first * ctypes.sizeof(Launch)
       if self.library.mg_pool_run(address, min(MAX_LAUNCHES, self.count - first), None) != 0:
         raise RuntimeError(f"internal error: the CPU thread pool refused a list of {self.count} launches")
+
+  def submit(self, keep: object, addresses: frozenset[int]) -> None:
+    """Start the list on the pool's workers and return without waiting (see the module docstring). `keep`: what
+    must stay alive until it is over (its Buffers, its kernels); `addresses`: the memory it reads or writes. A list
+    too long for one call, or one to be timed, runs before this returns."""
+    global _in_flight, in_flight_addresses
+    wait()
+    if self.count > MAX_LAUNCHES or viz.profiling: return self.run()
+    if self.library.mg_pool_submit(ctypes.addressof(self.launches), self.count) == 1:   # else it ran in this thread
+      # noted once it runs: a wait() in another thread meanwhile, had it seen this, could clear it before it started
+      _in_flight, in_flight_addresses = (self, keep), addresses
 
   def _run_timed(self) -> None:
     """`run`, noting when and where each part ran (for `take_part_times`)."""

@@ -16,6 +16,7 @@ import numpy as np
 from minigrad.dtype import DType, dtypes, to_numpy
 from minigrad import cache
 from minigrad.helpers import DEBUG
+from minigrad.runtime import cpu_pool
 
 DEVICE_NAMES: tuple[str, ...] = ("CPU", "LLVM", "CL", "CUDA", "PYTHON")
 
@@ -72,6 +73,8 @@ class Allocator:
     """Copy the allocation `src` into the writable host memory `dest` (same number of bytes)."""
     raise NotImplementedError(f"{type(self).__name__} must implement copyout")
 
+  shares_host_arrays = False   # True: its memory is the user's numpy arrays (Tensor.from_numpy), which they may change
+
   def share(self, array: np.ndarray) -> tuple[Allocator, Any]:
     """(the allocator that frees it, an opaque handle) for memory shared with a C-contiguous host array instead of
     copied; only devices that keep buffers in host memory can share."""
@@ -100,8 +103,10 @@ class Buffer:
 
   @property
   def opaque(self) -> Any:
-    """The allocator's handle for this memory (on CPU: an int address usable as a C pointer)."""
+    """The allocator's handle for this memory (on CPU: an int address usable as a C pointer). Whoever takes it may
+    touch the memory, so kernels submitted to the CPU thread pool are waited for first."""
     if self._allocator is None: raise RuntimeError(f"{self!r} is not allocated; call .allocate() first")
+    if cpu_pool.in_flight_addresses: cpu_pool.wait()
     return self._opaque
 
   def allocate(self) -> Buffer:
@@ -142,6 +147,8 @@ class Buffer:
       raise ValueError(f"copyin of {view.nbytes} bytes into {self!r}, which holds {self.nbytes} bytes")
     self.allocate()
     assert self._allocator is not None
+    if cpu_pool.in_flight_addresses and self._opaque.__class__ is int and self._opaque in cpu_pool.in_flight_addresses:
+      cpu_pool.wait()   # running kernels may use this memory (opaque is an address only for memory on the host)
     self._allocator.copyin(self._opaque, view)
     return self
 
@@ -160,6 +167,7 @@ class Buffer:
     if view.nbytes != self.nbytes:
       raise ValueError(f"copyout of {self!r} ({self.nbytes} bytes) into {view.nbytes} bytes of host memory")
     if self._allocator is None: raise RuntimeError(f"can't copy out of {self!r}: it is not allocated")
+    if cpu_pool.in_flight_addresses: cpu_pool.wait()   # running kernels may still write it
     self._allocator.copyout(_as_byte_view(view), self._opaque)
 
   def numpy(self) -> np.ndarray:

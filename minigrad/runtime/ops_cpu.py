@@ -41,6 +41,8 @@ class SharedHostArrays(Allocator):
   """Buffers sharing the memory of numpy arrays (Tensor.from_numpy): the opaque handle is the array's address,
   and `free` drops the reference that kept the array alive. One array may back several buffers."""
 
+  shares_host_arrays = True
+
   def __init__(self) -> None:
     self._arrays: dict[int, list[np.ndarray]] = {}   # address -> uint8 views of the arrays shared at that address
 
