@@ -8,7 +8,7 @@ import sys
 import threading
 import numpy as np
 import pytest
-from minigrad import Tensor, nn
+from minigrad import Tensor, TinyJit, nn
 from minigrad.engine import eager
 from minigrad.engine.realize import buffer_of
 from minigrad.helpers import LAUNCH_BLOCKING, cpu_threads
@@ -84,29 +84,46 @@ def test_kernels_in_flight_after_the_third_call():
   assert in_flight[2:] == [True, True], in_flight
 
 
-def train(steps: int, blocking: bool) -> list[np.ndarray]:
-  """An MLP trained in a plain loop, with the learning rate changed (written into its buffer) on the way."""
+def test_a_tinyjit_replay_runs_on_and_copies_shared_arguments():
+  w = Tensor(data(384, 384, seed=1) * 0.05).realize()
+  step = TinyJit(lambda x: heavy(x, w))
+  for call in range(5):
+    x = data(384, 384, seed=call)
+    want = expected(x, w.numpy())
+    out = step(Tensor.from_numpy(x))
+    if call >= 3 and pool_device:   # replays: the kernels still run, on a copy of x
+      assert cpu_pool.in_flight_addresses and x.__array_interface__["data"][0] not in cpu_pool.in_flight_addresses
+    x[:] = 1e6
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def train(steps: int, blocking: bool, jit: bool = False) -> list[np.ndarray]:
+  """An MLP trained in a plain loop (or under TinyJit), with the learning rate changed (written into its buffer) on
+  the way."""
   LAUNCH_BLOCKING.value = int(blocking)
   try:
     Tensor.manual_seed(0)
     layers = [nn.Linear(32, 64), nn.Linear(64, 10)]
     optimizer = nn.optim.Adam(get_parameters(layers), lr=1e-2)
-    losses = []
-    for step in range(steps):
-      x, y = Tensor.from_numpy(data(16, 32, seed=step)), Tensor(np.arange(16, dtype=np.int32) % 10)
+    def one_step(x: Tensor, y: Tensor) -> Tensor:
       with Tensor.train():
         loss = nn.functional.cross_entropy(layers[1](layers[0](x).relu()), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+      return loss
+    run = TinyJit(one_step) if jit else one_step
+    losses = []
+    for step in range(steps):
+      losses.append(run(Tensor.from_numpy(data(16, 32, seed=step)), Tensor(np.arange(16, dtype=np.int32) % 10)))
       if step == steps // 2: optimizer.lr = 3e-3
-      losses.append(loss)
     return [l.numpy() for l in losses] + [p.numpy() for p in get_parameters(layers)]
   finally: LAUNCH_BLOCKING.value = 0
 
 
-def test_a_training_loop_gives_the_same_bits_as_waiting_launches():
-  for got, want in zip(train(8, blocking=False), train(8, blocking=True)): np.testing.assert_array_equal(got, want)
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_training_loop_gives_the_same_bits_as_waiting_launches(jit):
+  for got, want in zip(train(8, False, jit), train(8, True, jit)): np.testing.assert_array_equal(got, want)
 
 
 def test_threads_each_get_their_own_answers():

@@ -26,12 +26,13 @@ call wait.
 from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import itemgetter, methodcaller
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
+import ctypes
 import weakref
 from minigrad.helpers import BEAM, DEBUG, LAUNCH_BLOCKING
-import ctypes
 from minigrad.dtype import dtypes
 from minigrad.uop.ops import UOp, Ops
+from minigrad.runtime import cpu_pool
 from minigrad.runtime.device import Buffer
 from minigrad.schedule import reuse
 from minigrad.schedule.scheduler import create_schedule, mark_realized, realized
@@ -148,7 +149,7 @@ def _run(tensors: Sequence[Any], structure: reuse.Structure, recipe: reuse.Recip
     flat[base + j] = runtime_buffer[node] = Buffer(*new_buffers[j]).allocate()
   blocks = [Buffer(device, nbytes, dtypes.uint8).allocate() for device, nbytes in plan.blocks]
   for j, block, size, dtype in plan.pooled: flat[base + j] = PooledBuffer(blocks[block], size, dtype).allocate()
-  keep = flat if not LAUNCH_BLOCKING and _own_memory(flat, len(kernels.inputs)) else None
+  keep = flat if not LAUNCH_BLOCKING and copy_shared_memory(flat, range(len(kernels.inputs))) else None
   try: _launch(kernels, [gather(flat) for gather in kernels.gathers], keep)
   except BaseException:
     engine.failed_buffers.update({node_at[-1 - j]: True for j in plan.kept})
@@ -157,17 +158,22 @@ def _run(tensors: Sequence[Any], structure: reuse.Structure, recipe: reuse.Recip
                  for ref, v in stored if (node := ref()) is not None})
 
 
-def _own_memory(flat: list, count: int) -> bool:
-  """Replace, in `flat`, each of its first `count` Buffers (the graph's, which the kernels only read) that is the
-  memory of a user's numpy array by a copy in minigrad's memory. False, with nothing replaced, when they hold more
-  than ASYNC_COPY_MAX_BYTES in all: the launch must then finish before realize returns."""
-  shared = [i for i in range(count) if flat[i]._allocator.shares_host_arrays]
+def copy_shared_memory(buffers: list, positions: Iterable[int], kept: dict | None = None) -> bool:
+  """Replace, in `buffers`, each Buffer at `positions` (read, not written, by the launches) that is the memory of a
+  user's numpy array by a copy in minigrad's memory: a new one, or the one `kept` for that position (written once the
+  launches that read it last are over). False, with nothing replaced, when they hold more than ASYNC_COPY_MAX_BYTES
+  in all: the launches must then finish before the call returns."""
+  shared = [i for i in positions if buffers[i]._allocator.shares_host_arrays]
   if not shared: return True
-  if sum(flat[i].nbytes for i in shared) > ASYNC_COPY_MAX_BYTES: return False
+  if sum(buffers[i].nbytes for i in shared) > ASYNC_COPY_MAX_BYTES: return False
+  if kept is not None: cpu_pool.wait()
   for i in shared:
-    original = flat[i]
-    flat[i] = copy = Buffer(original.device, original.size, original.dtype).allocate()
+    original = buffers[i]
+    if kept is None or (copy := kept.get(i)) is None or copy.nbytes != original.nbytes:
+      copy = Buffer(original.device, original.size, original.dtype).allocate()
+      if kept is not None: kept[i] = copy
     ctypes.memmove(copy._opaque, original._opaque, original.nbytes)
+    buffers[i] = copy
   return True
 
 

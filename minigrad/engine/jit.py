@@ -60,7 +60,7 @@ import functools
 import gc
 import sys
 import weakref
-from minigrad.helpers import DEBUG, ContextVar, GlobalCounters
+from minigrad.helpers import DEBUG, LAUNCH_BLOCKING, ContextVar, GlobalCounters
 from minigrad.dtype import DType, dtypes
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.shapetracker import ShapeTracker
@@ -69,6 +69,7 @@ from minigrad.schedule.scheduler import buffer_view
 from minigrad.runtime.device import Buffer, Device
 from minigrad.engine import realize
 from minigrad.engine.realize import CompiledKernel, buffer_of, launch
+from minigrad.engine.eager import copy_shared_memory
 from minigrad.engine.memory import plan_memory
 from minigrad.runtime.cpu_pool import LaunchList
 from minigrad.tensor import Tensor
@@ -369,6 +370,9 @@ class CapturedCall:
     self.alias_checks = [(slot, j) for j, slot in enumerate(recording.state_reads) if slot is not None and self.kinds[slot] != ("state", j)]
     self.bound: list[tuple[UOp | None, UOp | None]] = [(None, None)] * len(self.state)   # per carried tensor: (node given, its base)
     self.launch_list: LaunchList | bool | None = None   # all kernels as one CPU thread-pool call (built at the first replay)
+    self.asynchronous = False                            # whether that call may return before its kernels are done
+    self.staged: dict[int, Buffer] = {}                  # slot -> the copy of a shared numpy argument
+    self.input_positions = [slot for slot, _ in self.input_slots]
     self.variable_args: list[tuple[int, Any, int]] = []   # (slot, a launch's address array, argument) each replay rewrites
     self.value_args: list[tuple[Any, int, str]] = []       # (a launch's address array, argument, Variable name) likewise
     self.counts = (0, 0)                                   # FLOPs and bytes of one replay, for GlobalCounters
@@ -441,10 +445,15 @@ class CapturedCall:
       self.value_args = [(addresses[i], len(kernel.buffer_args) + j, name) for i, (kernel, _) in enumerate(self.launches)
                          for j, (name, _, _) in enumerate(kernel.variables)]
       self.counts = (sum(kernel.flops for kernel, _ in self.launches), sum(table[s].nbytes for _, slots in self.launches for s in slots))
+      # compiled kernels only: a host launch (an MPI allreduce) must run in the caller's thread, before the call returns
+      self.asynchronous = all(isinstance(getattr(kernel.program, "entry", None), int) for kernel, _ in self.launches)
     if self.launch_list is False: return False
-    for slot, addresses, arg in self.variable_args: addresses[arg] = table[slot].opaque
+    # the call may return while its kernels run (minigrad/engine/eager.py says how), with shared numpy arguments copied
+    asynchronous = self.asynchronous and not LAUNCH_BLOCKING and copy_shared_memory(table, self.input_positions, self.staged)
+    for slot, addresses, arg in self.variable_args: addresses[arg] = table[slot].opaque   # (waits for the last replay)
     for addresses, arg, name in self.value_args: addresses[arg] = var_vals[name]
-    self.launch_list.run()
+    if asynchronous: self.launch_list.submit((self, table), frozenset(buffer._opaque for buffer in table))
+    else: self.launch_list.run()
     GlobalCounters.kernel_count += len(self.launches)
     GlobalCounters.global_ops += self.counts[0]
     GlobalCounters.global_mem += self.counts[1]
