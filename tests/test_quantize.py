@@ -19,7 +19,7 @@ from minigrad.schedule.scheduler import create_schedule  # noqa: E402
 from minigrad.uop.ops import Ops  # noqa: E402
 from minigrad.quantize import (QMAX, QuantizedConv2d, QuantizedLinear, WeightOnlyLinear, int8_matmul, load_quantized,  # noqa: E402
                                quantize, quantize_weight, replace_layers, save_quantized)
-from minigrad.quantize.kernels import int8_linear  # noqa: E402
+from minigrad.quantize.kernels import PEAK_PARTS, int8_linear  # noqa: E402
 from minigrad.quantize.int8_dot import LAYOUTS, activation_max, layout_for, pack_weight  # noqa: E402
 
 
@@ -81,6 +81,29 @@ def test_int8_linear_matches_numpy_with_relu(layout: str | None) -> None:
   x_q = np.floor(scaled + 0.5).astype(np.int32)   # half up
   want = np.maximum((x_q @ w_q.astype(np.int32).T).astype(np.float32) * (x_scale * w_scale) + bias, 0)
   np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", (None, *LAYOUTS))
+@pytest.mark.parametrize("k", (40, 300))
+def test_dynamic_int8_linear_matches_numpy(layout: str | None, k: int) -> None:
+  """Dynamic quantization (the batch's own scale, max |x| / qmax, taken in parts; no clip, since |x| / scale can't
+  pass qmax) then the int8 matmul: numpy doing the same steps, with the clip. K = 300 is padded to whole words (the
+  float input padded with zeros before it is quantized); the batch holds its max |x| negated, which must give -qmax.
+  An all-zero batch gives the bias."""
+  x = rng().standard_normal((6, k)).astype(np.float32)
+  x[2, 7] = -np.abs(x).max() * 1.5
+  w_q = rng(1).integers(-127, 128, (7, k)).astype(np.int8)
+  w_scale = (rng(2).random(7) * 0.01 + 0.001).astype(np.float32)
+  bias = rng(3).standard_normal(7).astype(np.float32)
+  packed = pack_weight(Tensor(w_q), layout) if layout else None
+  qmax = activation_max(layout or layout_for(Tensor(w_q).device))
+  for batch in (x, np.zeros_like(x)):
+    out = int8_linear(Tensor(batch), Tensor(w_q), Tensor(w_scale), Tensor(bias), None, packed).numpy()
+    scale = np.float32(max(np.abs(batch).max(), np.float32(1e-30))) * np.float32(1 / qmax)
+    x_q = np.floor(np.clip(batch * (np.float32(1) / scale), -qmax, qmax) + 0.5).astype(np.int32)   # half up
+    if batch is x: assert x_q[2, 7] == -qmax
+    want = (x_q @ w_q.astype(np.int32).T).astype(np.float32) * (scale * w_scale) + bias
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("stride, padding, dilation", [(1, 1, 1), (2, 0, 1), ((2, 1), (1, 0), (1, 2))])
@@ -150,6 +173,21 @@ def test_static_mlp_is_two_kernels_per_layer() -> None:
   items, _, _ = create_schedule([quantized(Tensor.ones(128, 784)).uop])
   assert len(items) == 2 * len(model.layers)
   assert sum(any(n.op is Ops.REDUCE_AXIS for n in item.ast.toposort) for item in items) == len(model.layers)
+
+
+def test_dynamic_mlp_is_three_kernels_per_layer() -> None:
+  """examples/mnist_mlp.py's MLP (784-256-128-10, batch 128), dynamic: 3 kernels per layer, max |x| in PEAK_PARTS
+  parts (a kernel the threads share; the largest part is taken where the scale is read: no kernel of one element),
+  the quantization into words, then the matmul, whose kernel also stores the layer's float output (with the ReLU) for
+  the next layer's max and quantization. Only scheduled, not run."""
+  Tensor.manual_seed(0)
+  model = MLP(784)
+  quantized = quantize(model, mode="dynamic")
+  for layer in quantized.layers: layer.packed_weight()
+  items, _, _ = create_schedule([quantized(Tensor.ones(128, 784).contiguous().realize()).uop])
+  assert len(items) == 3 * len(model.layers)
+  assert sorted(item.bufs[0].arg[1] for item in items)[0] == PEAK_PARTS
+  assert sum(any(n.op is Ops.REDUCE_AXIS for n in item.ast.toposort) for item in items) == 2 * len(model.layers)
 
 
 # ---------------------------------------------------------------- models

@@ -86,11 +86,12 @@ def word_count(k: int, layout: str) -> int:
   return -(-words // WORD_BLOCK) * WORD_BLOCK if words >= WORD_BLOCK * 4 else words
 
 
-def _words(values: Tensor, layout: str) -> Tensor:
+def _words(values: Tensor, layout: str, seven_bits: bool = False) -> Tensor:
   """int32 values (..., K), each in [-128, 255], packed along the last dim: (..., word_count(K)) int32 words. The row,
   padded with zeros, is split into k-per-word blocks; word j holds element j of each, the first block's lowest. Bytes
   take the low 8 bits of each value; halves the low 16 (the value's sign in int16). Sums of parts shifted into place,
-  the last part signed, so no int32 overflows."""
+  the last part signed, so no int32 overflows. `seven_bits`: the values are bytes in [0, 127] already ("bytes7"
+  activations), summed into place as they are (the top one too: below 2**31)."""
   per_word = LAYOUTS[layout]
   k = values.shape[-1]
   padded = word_count(k, layout) * per_word
@@ -100,6 +101,9 @@ def _words(values: Tensor, layout: str) -> Tensor:
   part = lambda i: parts.shrink(tuple((0, s) for s in parts.shape[:-2]) + ((i, i + 1), (0, parts.shape[-1]))).reshape(shape).uop
   op = _Words(shape, values.device)
   if layout == "pairs": return Tensor(op(part(0), Ops.AND, 0xFFFF).alu(Ops.ADD, op(part(1), Ops.MUL, 65536)))
+  if seven_bits:
+    return Tensor(part(0).alu(Ops.ADD, op(part(1), Ops.MUL, 256)).alu(Ops.ADD, op(part(2), Ops.MUL, 65536))
+                  .alu(Ops.ADD, op(part(3), Ops.MUL, 16777216)))
   top = op(op(op(part(3), Ops.AND, 255), Ops.XOR, 128), Ops.ADD, -128)   # the top byte as signed: top * 2**24 fits int32
   low = op(part(0), Ops.AND, 255).alu(Ops.ADD, op(op(part(1), Ops.AND, 255), Ops.MUL, 256)).alu(Ops.ADD, op(op(part(2), Ops.AND, 255), Ops.MUL, 65536))
   return Tensor(low.alu(Ops.ADD, op(top, Ops.MUL, 16777216)))
@@ -118,10 +122,13 @@ def pack_weight(weight_q: Tensor, layout: str) -> PackedWeight:
   return PackedWeight(layout, words, correction, weight_q.shape[1], weight_q.shape[0], weight_q.shape[0] >= MIN_K_MAJOR_N)
 
 
-def activation_words(q: Tensor, layout: str) -> Tensor:
+def activation_words(q: Tensor, layout: str, in_range: bool = False) -> Tensor:
   """Quantized activations (..., K) (int32 values in [-128, 127]; for "bytes7" in [-64, 63]) as the words `layout`
-  multiplies them in: "bytes" unsigned (q + 128), "bytes7" unsigned (q + 64), "pairs" as they are."""
-  return _words(q + ACTIVATION_OFFSET[layout] if ACTIVATION_OFFSET[layout] else q, layout)
+  multiplies them in: "bytes" unsigned (q + 128), "bytes7" unsigned (q + 64), "pairs" as they are. `in_range`: the
+  caller guarantees q lies in [-64, 63] (it quantized q so), and "bytes7" words are summed from q + 64 without masking
+  its bits (without it, a q outside gives a word whose bytes the dot product reads as 7 bits, whatever they hold)."""
+  values = q + ACTIVATION_OFFSET[layout] if ACTIVATION_OFFSET[layout] else q
+  return _words(values, layout, seven_bits=in_range and layout == "bytes7")
 
 
 def _dot(a: Tensor, w: Tensor, layout: str) -> Tensor:

@@ -14,19 +14,23 @@ int32 only past K = 131,000, which `check_reduce_length` refuses) over int32 wor
 each, so that the CPU codegen can use the Target's dot-product instruction (see quantize.int8_dot). The input is
 quantized and packed into words in one elementwise kernel; then, in the same kernel as the sum (the scheduler fuses
 elementwise ops after a reduce into it): cast to float32, times input scale * weight scale, plus bias, and whatever
-elementwise op the caller applies next (a ReLU).
+elementwise op the caller applies next (a ReLU). A dynamic scale (the batch's own) adds one kernel before those
+two: max |x| in parts; the largest part is taken where the scale is read.
 """
 from __future__ import annotations
+import math
 import numpy as np
 from minigrad.dtype import dtypes
 from minigrad.tensor import Tensor
 import minigrad.tensor.function as F
 from minigrad.nn import functional
 from minigrad.tensor.conv import sliding_windows
-from minigrad.quantize.int8_dot import PackedWeight, activation_max, activation_words, layout_for, pack_weight, word_matmul
+from minigrad.quantize.int8_dot import (LAYOUTS, PackedWeight, activation_max, activation_words, layout_for, pack_weight, word_count,
+                                        word_matmul)
 
 QMAX = 127   # symmetric int8 range [-127, 127]
 MAX_REDUCE_LENGTH = (2**31 - 1) // (128 * 128)   # products summed before an int32 sum could overflow (-128 too)
+PEAK_PARTS = 8   # a dynamic scale's max |x| is taken in (up to) this many parts: a kernel that threads can share
 
 
 def weight_scales(weight: np.ndarray) -> np.ndarray:
@@ -49,25 +53,43 @@ def quantize_activation(x: Tensor, scale: Tensor) -> Tensor:
   return quantized_values(x, scale).cast(dtypes.int8)
 
 
-def quantized_values(x: Tensor, scale: Tensor, qmax: int = QMAX) -> Tensor:
+def quantized_values(x: Tensor, scale: Tensor, qmax: int = QMAX, clip: bool = True) -> Tensor:
   """x / scale rounded (half up) and clipped to [-qmax, qmax] (qmax <= 127), as int32 values. `scale` is a Tensor of one element (a calibrated
   constant or the batch's own). Rounding: +128.5 makes every value positive, so the cast to int32 (truncation) is
   floor(v + 0.5); -128 brings it back. It costs a handful of ops per element where round() (half to even) costs
   a dozen, and multiplying by the reciprocal and max/min build small graphs where / and clip() build large ones (the
-  graph is built on every eager call). NaN in x gives an unspecified int8 (C leaves the cast undefined)."""
+  graph is built on every eager call). NaN in x gives an unspecified int8 (C leaves the cast undefined).
+  `clip=False` for a scale of x's own (dynamic_scale): |x| / scale is at most qmax times (1 + a few float32 roundings),
+  below qmax + 0.5, so the clip would change nothing."""
   scaled = x.float() * scale.reciprocal()
-  low = (scaled < -qmax).where(-qmax, scaled)   # where(p < q, q, p): one max instruction (codegen.cpu_patterns.simd_idioms)
-  clipped = (qmax < low).where(qmax, low)
-  return (clipped + (QMAX + 1.5)).cast(dtypes.int32) - (QMAX + 1)
+  if clip:
+    low = (scaled < -qmax).where(-qmax, scaled)   # where(p < q, q, p): one max instruction (codegen.cpu_patterns.simd_idioms)
+    scaled = (qmax < low).where(qmax, low)
+  return (scaled + (QMAX + 1.5)).cast(dtypes.int32) - (QMAX + 1)
 
 
 def dynamic_scale(x: Tensor, qmax: int = QMAX) -> Tensor:
   """The scale of a batch quantized on its own (torch's quantize_dynamic): max |x| / qmax, as a 1-element Tensor. An
   all-zero batch gets a tiny scale (1e-30 / qmax), which quantizes it to zeros, as any scale would."""
-  # |x| as its bits with the sign cleared: non-negative floats order as their bits do, so the largest is an int32 max
-  # (one instruction where a float max must mind NaN); a NaN in x gives a NaN scale
-  magnitude = (x.float().bitcast(dtypes.int32) & 0x7FFFFFFF).max().bitcast(dtypes.float32)
-  return magnitude.maximum(1e-30) * (1 / qmax)
+  return _scale_of_peak(batch_peak_bits(x), qmax)
+
+
+def batch_peak_bits(x: Tensor) -> Tensor:
+  """max |x| of the whole batch as int32 bits, (1,): |x| as its bits with the sign cleared (non-negative floats order
+  as their bits do, so the largest is an int32 max: one instruction where a float max must mind NaN; a NaN in x gives
+  a NaN). The max is taken in PEAK_PARTS parts, one reduce kernel whose parts the CPU threads share, then the
+  largest of the parts with elementwise maxima, which fuse into the kernels that read the scale (a reduce to one
+  value is one loop: one thread)."""
+  bits = x.float().bitcast(dtypes.int32) & 0x7FFFFFFF
+  parts = math.gcd(bits.numel(), PEAK_PARTS) if isinstance(bits.numel(), int) else 1
+  partial = bits.reshape(parts, -1).max(1)
+  peak = partial.shrink(((0, 1),))
+  for i in range(1, parts): peak = peak.maximum(partial.shrink(((i, i + 1),)))
+  return peak
+
+
+def _scale_of_peak(peak_bits: Tensor, qmax: int) -> Tensor:
+  return peak_bits.bitcast(dtypes.float32).maximum(1e-30) * (1 / qmax)
 
 
 def activation_scale(x: Tensor, input_scale: Tensor | None, qmax: int) -> Tensor:
@@ -115,6 +137,10 @@ def int8_linear(x: Tensor, weight_q: Tensor, weight_scale: Tensor, bias: Tensor 
     packed = pack_weight(weight_q, layout_for(weight_q.device))
   # the layer's graph is built once per shapes and layout and copied (a template, minigrad.tensor.function.templated):
   # an eager call costs a few nodes, not the hundred ops of quantizing, packing and dequantizing; no gradient flows
+  # a dynamic scale reads x twice (its max, then its quantization): x is stored once (after a layer below, in that
+  # layer's matmul kernel), not computed again in both from the int32 sums below (where the scale below, read inside
+  # the max's loop, would get a kernel of its own too); a realized x is read as it is
+  if input_scale is None: x = x.float().contiguous()
   given = (packed.correction is not None, bias is not None, input_scale is not None)
   key = ("int8_linear", packed.layout, packed.k, packed.n, packed.k_major) + given
   inputs = [t for t in (packed.correction, bias, input_scale) if t is not None]
@@ -129,8 +155,12 @@ def _int8_linear_graph(packed: PackedWeight, given: tuple[bool, bool, bool]):
     weight = PackedWeight(packed.layout, words, correction, packed.k, packed.n, packed.k_major)
     qmax = activation_max(packed.layout)
     scale = activation_scale(x, input_scale, qmax)
-    # the activation's words are built where it is quantized, in one elementwise kernel before the matmul's
-    x_words = activation_words(quantized_values(x, scale, qmax), packed.layout).contiguous()
+    # the activation's words are built where it is quantized, in one elementwise kernel before the matmul's; x is
+    # padded to whole words with zeros before it is quantized (exact: the padded weights are 0), so only its loads
+    # are gated, not the quantization's arithmetic
+    padding = word_count(packed.k, packed.layout) * LAYOUTS[packed.layout] - packed.k
+    if padding: x = x.pad(((0, 0),) * (x.ndim - 1) + ((0, padding),))
+    x_words = activation_words(quantized_values(x, scale, qmax, clip=input_scale is not None), packed.layout, in_range=True).contiguous()
     return dequantize_output(word_matmul(x_words, weight), scale * weight_scale, bias)
   return graph
 
@@ -165,12 +195,12 @@ def int8_conv2d(x: Tensor, weight_q: Tensor, weight_scale: Tensor, bias: Tensor 
       qmax = activation_max(packed.layout)
       scale = activation_scale(x, input_scale, qmax)
       # quantized once into int8 (a window reads each value KH * KW times), padded with zeros (0 quantizes to 0)
-      quantized = quantized_values(x, scale, qmax).cast(dtypes.int8).contiguous().cast(dtypes.int32)
+      quantized = quantized_values(x, scale, qmax, clip=input_scale is not None).cast(dtypes.int8).contiguous().cast(dtypes.int32)
       padded = quantized.pad(((0, 0), (0, 0), (pad_h, pad_h), (pad_w, pad_w)))
       windows = sliding_windows(padded, (kh, kw), _pair(stride), _pair(dilation))   # (N, C_in, OH, OW, KH, KW)
       patches = windows.permute(0, 2, 3, 1, 4, 5).reshape(x.shape[0], out_h, out_w, -1)
       # the words stored position-minor, (N, words, OH, OW): their kernel then reads and writes rows of positions
-      words = activation_words(patches, packed.layout).permute(0, 3, 1, 2).contiguous().permute(0, 2, 3, 1)
+      words = activation_words(patches, packed.layout, in_range=True).permute(0, 3, 1, 2).contiguous().permute(0, 2, 3, 1)
       accumulated = word_matmul(words, packed)   # (N, OH, OW, C_out)
       return dequantize_output(accumulated, scale * weight_scale, bias).permute(0, 3, 1, 2)
   scale = dynamic_scale(x) if input_scale is None else input_scale
