@@ -20,8 +20,8 @@ step's graph while the kernels run, as torch's CUDA launches do. The batch keeps
 host access to their memory waits for it first (minigrad/runtime/cpu_pool.py, device.py): results read back,
 copies in, raw addresses, other launches. A graph buffer that is the memory of a user's numpy array
 (Tensor.from_numpy) is copied into minigrad's own first, because the user may change the array as soon as realize
-returns; above ASYNC_COPY_MAX_BYTES of those, the call waits for its kernels instead. LAUNCH_BLOCKING=1 makes every
-call wait.
+returns; above ASYNC_COPY_MAX_BYTES of those, the call waits for its kernels instead. So does a call with less work
+than ASYNC_MIN_FLOPS and ASYNC_MIN_BYTES (handing it over would cost more), and every call under LAUNCH_BLOCKING=1.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
@@ -43,6 +43,8 @@ from minigrad import viz
 
 _allocated = methodcaller("allocate")   # a Buffer's allocate(), its subclass's own (PooledBuffer) included
 ASYNC_COPY_MAX_BYTES = 4 << 20   # of user numpy arrays copied per call so that its kernels may run on after it returns
+# a batch with less work than this takes less time than handing it to another thread and taking the results back
+ASYNC_MIN_FLOPS, ASYNC_MIN_BYTES = 1 << 20, 1 << 20
 MAX_RUN_PLANS = 8   # kept per structure, one per pattern of alive stored nodes (a loop has one or two): the oldest goes first
 
 
@@ -149,13 +151,18 @@ def _run(tensors: Sequence[Any], structure: reuse.Structure, recipe: reuse.Recip
     flat[base + j] = runtime_buffer[node] = Buffer(*new_buffers[j]).allocate()
   blocks = [Buffer(device, nbytes, dtypes.uint8).allocate() for device, nbytes in plan.blocks]
   for j, block, size, dtype in plan.pooled: flat[base + j] = PooledBuffer(blocks[block], size, dtype).allocate()
-  keep = flat if not LAUNCH_BLOCKING and copy_shared_memory(flat, range(len(kernels.inputs))) else None
-  try: _launch(kernels, [gather(flat) for gather in kernels.gathers], keep)
+  try: _launch(kernels, flat)
   except BaseException:
     engine.failed_buffers.update({node_at[-1 - j]: True for j in plan.kept})
     raise
   mark_realized({node: node_at[v] if v.__class__ is int else UOp(Ops.VIEW, v[1], (node_at[v[0]],), v[2])
                  for ref, v in stored if (node := ref()) is not None})
+
+
+def worth_submitting(flops: int, nbytes: int) -> bool:
+  """Whether launches of this much work (FLOPs, bytes their kernels read and write) should run on after the call
+  that started them returns."""
+  return not LAUNCH_BLOCKING and (flops >= ASYNC_MIN_FLOPS or nbytes >= ASYNC_MIN_BYTES)
 
 
 def copy_shared_memory(buffers: list, positions: Iterable[int], kept: dict | None = None) -> bool:
@@ -187,10 +194,13 @@ def _plan(recipe: reuse.Recipe, kernels: _Kernels, alive_values: list) -> RunPla
                  tuple((j, block_at[id(b.block)], b.size, b.dtype) for j, b in memory.buffers.items()))
 
 
-def _launch(kernels: _Kernels, launches: list[tuple], keep: list | None) -> None:
-  """Run the kernels as one batch, started and not waited for when `keep` (the Buffers they use) is given (or one
-  by one and waited for, the first time or when the batch is busy in another thread)."""
-  if (batch := batched.find(kernels.batch_key, engine.compiled_kernels)) is not None and batch.run(launches, keep): return
+def _launch(kernels: _Kernels, flat: list) -> None:
+  """Run the kernels on their buffers (`flat`, gathered per kernel) as one batch, started and not waited for when
+  that pays (or one by one and waited for, the first time or when the batch is busy in another thread)."""
+  if (batch := batched.find(kernels.batch_key, engine.compiled_kernels)) is not None:
+    keep = flat if worth_submitting(batch.flops, batch.nbytes) and copy_shared_memory(flat, range(len(kernels.inputs))) else None
+    if batch.run([gather(flat) for gather in kernels.gathers], keep): return
+  launches = [gather(flat) for gather in kernels.gathers]
   compiled = [engine.get_kernel(ast, device) for ast, device, _ in kernels.compiled_keys]
   for kernel, bufs in zip(compiled, launches): engine.launch(kernel, list(bufs))
   if batch is None: batched.keep(kernels.batch_key, kernels.compiled_keys, compiled, launches)

@@ -60,7 +60,7 @@ import functools
 import gc
 import sys
 import weakref
-from minigrad.helpers import DEBUG, LAUNCH_BLOCKING, ContextVar, GlobalCounters
+from minigrad.helpers import DEBUG, ContextVar, GlobalCounters
 from minigrad.dtype import DType, dtypes
 from minigrad.uop.ops import UOp, Ops
 from minigrad.uop.shapetracker import ShapeTracker
@@ -69,7 +69,7 @@ from minigrad.schedule.scheduler import buffer_view
 from minigrad.runtime.device import Buffer, Device
 from minigrad.engine import realize
 from minigrad.engine.realize import CompiledKernel, buffer_of, launch
-from minigrad.engine.eager import copy_shared_memory
+from minigrad.engine.eager import copy_shared_memory, worth_submitting
 from minigrad.engine.memory import plan_memory
 from minigrad.runtime.cpu_pool import LaunchList
 from minigrad.tensor import Tensor
@@ -449,7 +449,7 @@ class CapturedCall:
       self.asynchronous = all(isinstance(getattr(kernel.program, "entry", None), int) for kernel, _ in self.launches)
     if self.launch_list is False: return False
     # the call may return while its kernels run (minigrad/engine/eager.py says how), with shared numpy arguments copied
-    asynchronous = self.asynchronous and not LAUNCH_BLOCKING and copy_shared_memory(table, self.input_positions, self.staged)
+    asynchronous = self.asynchronous and worth_submitting(*self.counts) and copy_shared_memory(table, self.input_positions, self.staged)
     for slot, addresses, arg in self.variable_args: addresses[arg] = table[slot].opaque   # (waits for the last replay)
     for addresses, arg, name in self.value_args: addresses[arg] = var_vals[name]
     if asynchronous: self.launch_list.submit((self, table), frozenset(buffer._opaque for buffer in table))
