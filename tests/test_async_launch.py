@@ -15,8 +15,10 @@ from minigrad.helpers import LAUNCH_BLOCKING, cpu_threads
 from minigrad.nn.state import get_parameters
 from minigrad.runtime import cpu_pool
 
-pool_device = Tensor(0).device in ("CPU", "LLVM") and cpu_threads() > 1
+host_memory = Tensor(0).device in ("CPU", "LLVM")   # devices whose buffers are host memory (Tensor.from_numpy shares)
+pool_device = host_memory and cpu_threads() > 1
 needs_pool = pytest.mark.skipif(not pool_device, reason="launches wait unless the CPU thread pool has workers")
+needs_host_memory = pytest.mark.skipif(not host_memory, reason="Tensor.from_numpy shares host memory on CPU and LLVM only")
 
 
 def data(*shape, seed=0):
@@ -31,6 +33,7 @@ def heavy(x: Tensor, w: Tensor) -> Tensor:
 def expected(x: np.ndarray, w: np.ndarray) -> np.ndarray: return np.tanh(np.maximum(x @ w, 0) @ w)
 
 
+@needs_host_memory
 def test_a_shared_numpy_array_may_change_once_realize_returns():
   w = Tensor(data(384, 384, seed=1) * 0.05).realize()
   for step in range(5):
@@ -86,6 +89,7 @@ def test_kernels_in_flight_after_the_third_call_unless_they_are_tiny():
   assert in_flight[2:] == [True, True] and not any(tiny_in_flight), (in_flight, tiny_in_flight)
 
 
+@needs_host_memory
 def test_a_tinyjit_replay_runs_on_and_copies_shared_arguments():
   w = Tensor(data(384, 384, seed=1) * 0.05).realize()
   step = TinyJit(lambda x: heavy(x, w))
@@ -117,7 +121,8 @@ def train(steps: int, blocking: bool, jit: bool = False) -> list[np.ndarray]:
     run = TinyJit(one_step) if jit else one_step
     losses = []
     for step in range(steps):
-      losses.append(run(Tensor.from_numpy(data(16, 32, seed=step)), Tensor(np.arange(16, dtype=np.int32) % 10)))
+      x = data(16, 32, seed=step)
+      losses.append(run(Tensor.from_numpy(x) if host_memory else Tensor(x), Tensor(np.arange(16, dtype=np.int32) % 10)))
       if step == steps // 2: optimizer.lr = 3e-3
     return [l.numpy() for l in losses] + [p.numpy() for p in get_parameters(layers)]
   finally: LAUNCH_BLOCKING.value = 0
