@@ -8,8 +8,9 @@ Input: the models of bench/mlp_train.py (MLP 784-256-128-10, Adam, global batch 
 GPT: 2 blocks, width 128, 64 tokens, global batch 16), from a source checkout.
 Output: the host and Target lines, then per model:
   * 2 ranks x 1 thread (`mpirun -n 2`, CPU_THREADS=1, half the batch per rank): global steps/s, the time per step
-    spent in allreduce_gradients (packing, the reduction - through shared memory on one host, see
-    minigrad/distributed/shared.py - and waiting for the other rank) as a fraction of the step, the same at the
+    spent in allreduce_gradients' host launch (setting up, packing - none in a TinyJit replay through shared memory -,
+    the reduction - through shared memory on one host, see minigrad/distributed/shared.py - and waiting for the
+    other rank) as a fraction of the step, the same at the
     fastest block (on a busy host the least disturbed one), and the same gradient allreduce timed alone (no compute
     around it: the transfer itself), next to one MPI_Allreduce of the gradients' size;
   * 1 rank x 2 threads (a plain process, CPU_THREADS=2, the whole batch): global steps/s;
@@ -108,17 +109,19 @@ def worker(name: str, steps: int, runs: int, loopback: bool = False) -> dict[str
     seconds.append((time.perf_counter() - start) / steps)
     comm_seconds.append(dist.CommCounters.seconds / steps)
     pack_seconds.append(dist.CommCounters.pack_seconds / steps)
+  packed_bytes = dist.CommCounters.pack_bytes / steps
   result: dict[str, Any] = {"ranks": world.size, "threads": int(os.environ.get("CPU_THREADS", "0") or 0), "step_s": statistics.median(seconds),
                             "allreduce_s": statistics.median(comm_seconds), "pack_s": statistics.median(pack_seconds),
-                            "best_step_s": min(seconds), "best_allreduce_s": comm_seconds[seconds.index(min(seconds))],
+                            "best_step_s": min(seconds), "best_allreduce_s": comm_seconds[seconds.index(min(seconds))], "pack_bytes": packed_bytes,
                             "gradient_bytes": sum(p.numel() * 4 for p in params)}
   if (comm := dist.communicator()) is not None:                 # the same allreduce with nothing around it
     buffer = np.ones(sum(p.numel() for p in params), dtype=np.float32)
     def mpi() -> None: comm.allreduce_([buffer], "sum")
     exchange = comm.node_exchange([(buffer.size, buffer.dtype)])
-    def shared() -> None:                                       # packing included, as in a step
-      exchange.pack([[(0, buffer)]])
-      comm.shared_allreduce_(exchange, [[(0, buffer)]])
+    plan = exchange.plan([[(0, buffer)]]) if exchange is not None else None
+    def shared() -> None:                                       # packing included, as in an eager step
+      exchange.pack(plan)
+      comm.shared_allreduce_(exchange, plan)
     result["path"] = "shared memory" if exchange is not None else "MPI"
     for key, reduce in (("allreduce_alone_s", shared if exchange is not None else mpi), ("mpi_alone_s", mpi)):
       comm.barrier()
@@ -185,7 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     goal = "" if name != "mlp" else f" (goal <= {GOAL:.0%}: {'met' if share <= GOAL else 'not met'})"
     print(f"{MODELS[name]}: {parallel['gradient_bytes'] / 1e6:.2f} MB of gradients")
     print(f"  {args.ranks} ranks x 1 thread:  {1 / parallel['step_s']:8.1f} steps/s, {parallel['step_s'] * 1e3:7.2f} ms/step; allreduce "
-          f"{parallel['allreduce_s'] * 1e3:.2f} ms/step = {share:.1%} of the step{goal} (packing {parallel['pack_s'] * 1e3:.2f} ms); "
+          f"{parallel['allreduce_s'] * 1e3:.2f} ms/step = {share:.1%} of the step{goal} (packing {parallel['pack_s'] * 1e3:.2f} ms, "
+          f"{parallel['pack_bytes'] / 1e3:.0f} KB); "
           f"the same allreduce alone ({parallel['path']}) {parallel['allreduce_alone_s'] * 1e3:.2f} ms "
           f"({parallel['allreduce_alone_s'] / parallel['step_s']:.1%}), MPI_Allreduce alone {parallel['mpi_alone_s'] * 1e3:.2f} ms")
     print(f"  {'':22}fastest block: {parallel['best_step_s'] * 1e3:.2f} ms/step, allreduce {parallel['best_allreduce_s'] * 1e3:.2f} ms = "

@@ -61,11 +61,16 @@ def train(images: np.ndarray, labels: np.ndarray, optimizer_name: str, jit: bool
     for index in sampler.batches(batch, drop_last=True):
       if done == steps: break
       if done == fail_step and rank == 1: inject(fail)
+      packed = dist.CommCounters.pack_bytes
       run(Tensor(images[index]), Tensor(labels[index])).item()
+      last_step_packed[0] = dist.CommCounters.pack_bytes - packed
       done += 1
     epoch += 1
   if jit: assert run.captured, "the jitted step was never captured"
   return [p.numpy() for p in params]
+
+
+last_step_packed = [0]   # gradient bytes the allreduce of train's last step copied (CommCounters.pack_bytes)
 
 
 def inject(fail: str) -> None:
@@ -95,6 +100,8 @@ def main() -> None:
   for optimizer_name, jit in CONFIGS:
     params = train(images, labels, optimizer_name, jit, args.steps, args.batch, world.size, world.rank)
     for i, p in enumerate(params): results[f"{optimizer_name}_{'jit' if jit else 'eager'}_{i}"] = p
+    if dist.communicator().shared:   # a TinyJit replay's backward writes the gradients into shared memory, eager steps copy them
+      assert (last_step_packed[0] == 0) == jit, f"{optimizer_name} {'jit' if jit else 'eager'}: the last step packed {last_step_packed[0]} bytes"
   launches = list(dist.gradients._launches.values())
   if dist.communicator().shared:   # ranks on one host: every launch reduces through the shared-memory window
     assert launches and all(launch.exchange is not None for launch in launches), "the gradients were not reduced in shared memory"

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 from minigrad import Device, Tensor, TinyJit, nn
 from minigrad import distributed as dist
+from minigrad.distributed import shared
 from minigrad.distributed.comm import launched_under_mpi
 from minigrad.dtype import dtypes
 from minigrad.nn.state import get_parameters, get_state_dict, safe_save
@@ -235,6 +236,64 @@ def test_large_fresh_gradients_are_reduced_in_their_own_buffers(jit: bool, monke
   dist.allreduce_gradients([p], op="sum", comm=StandInCommunicator(2))
   np.testing.assert_array_equal(held.numpy(), np.full((40, 10), 3, np.float32))
   np.testing.assert_array_equal(p.grad.numpy(), np.full((40, 10), 6, np.float32))   # type: ignore[union-attr]
+
+
+class LoopbackExchange(shared.NodeExchange):
+  """A shared-memory window of `size` local ranks in this process's memory, this process being rank 0 and the other
+  ranks computing the same gradients: at the first barrier of an allreduce their segments get this rank's gradients,
+  at the second their chunks of the result are summed (what they would have done)."""
+  def __init__(self, buckets: list[tuple[int, np.dtype]], size: int):
+    self.MPI = self.node = self.cross = self.timeout = None
+    self.rank, self.size, self.count = 0, size, 0
+    self.segments = [[np.full(n, np.nan, d) for n, d in buckets] for _ in range(size)]
+    self.result = [np.full(n, np.nan, d) for n, d in buckets]
+    self.chunks = [shared.chunk_bounds(n, size, np.dtype(d).itemsize) for n, d in buckets]
+
+  def plan(self, gradients):   # type: ignore[no-untyped-def]
+    self.gradients = gradients
+    return super().plan(gradients)
+
+  def barrier(self, what: str = "barrier") -> None:
+    self.count += 1
+    for k, members in enumerate(self.gradients):
+      for r in range(1, self.size):
+        if self.count % 2:
+          for offset, gradient in members: self.segments[r][k][offset:offset + gradient.size] = gradient
+        else:
+          lo, hi = self.chunks[k][r], self.chunks[k][r + 1]
+          self.result[k][lo:hi] = self.segments[0][k][lo:hi]
+          for q in range(1, self.size): self.result[k][lo:hi] += self.segments[q][k][lo:hi]
+
+
+class SharedStandInCommunicator(StandInCommunicator):
+  """StandInCommunicator whose ranks share this host: gradients are reduced through a LoopbackExchange. `packed`:
+  the gradient bytes each allreduce copied into shared memory."""
+  shared = True
+  def __init__(self, size: int = 2):
+    super().__init__(size)
+    self.packed: list[int] = []
+
+  def node_exchange(self, buckets: list[tuple[int, np.dtype]]) -> LoopbackExchange: return LoopbackExchange(buckets, self.size)
+
+  def shared_allreduce_(self, exchange: LoopbackExchange, plan: object, what: str = "") -> None:
+    self.calls += 1
+    self.packed.append(dist.CommCounters.pack_bytes - sum(self.packed))
+    exchange.allreduce(plan, what)   # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "TinyJit"])
+def test_shared_memory_reduction_in_process(jit: bool) -> None:
+  """Through a shared-memory window (a stand-in of 2 local ranks with the same gradients: a sum doubles them) eager
+  steps pack the gradients, and a TinyJit replay's backward kernels write them into the window themselves
+  (realize.homes), so the replays pack nothing; either way the same weights as lr * 2 without communication."""
+  if Device.DEFAULT not in ("CPU", "LLVM"): pytest.skip(f"{Device.DEFAULT} keeps buffers outside host memory: no shared-memory window")
+  reference = _train_small(None, False, lr=0.2)
+  comm = SharedStandInCommunicator(2)
+  dist.CommCounters.reset()
+  got = _train_small(comm, jit, lr=0.1)
+  assert comm.calls == 6 and all(packed > 0 for packed in comm.packed[:2]), comm.packed
+  assert (comm.packed[-1] == 0) == jit, comm.packed   # recordings pack, replays don't
+  for a, b in zip(reference, got): np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
 def test_mismatched_models_are_refused_with_the_rank_and_tensor() -> None:

@@ -56,15 +56,18 @@ class DistributedError(RuntimeError):
 
 class CommCounters:
   """What the collectives of this process cost since the last reset(): calls, bytes sent per rank, seconds
-  (including the time spent waiting for slower ranks; allreduce_gradients adds its packing time, also counted
-  alone in pack_seconds)."""
+  (including the time spent waiting for slower ranks; allreduce_gradients counts the whole of its host launch:
+  packing, also counted alone in pack_seconds, and setting up); pack_bytes: gradient bytes it copied into buckets
+  or shared memory)."""
   calls = 0
   nbytes = 0
   seconds = 0.0
   pack_seconds = 0.0
+  pack_bytes = 0
 
   @staticmethod
-  def reset() -> None: CommCounters.calls, CommCounters.nbytes, CommCounters.seconds, CommCounters.pack_seconds = 0, 0, 0.0, 0.0
+  def reset() -> None:
+    CommCounters.calls, CommCounters.nbytes, CommCounters.seconds, CommCounters.pack_seconds, CommCounters.pack_bytes = 0, 0, 0.0, 0.0, 0
 
 
 @dataclass(frozen=True)
@@ -154,10 +157,19 @@ class Communicator:
       if op == "mean":
         for a in arrays: np.multiply(a, a.dtype.type(1.0 / self.size), out=a)
 
-  def shared_allreduce_(self, exchange: Any, gradients: Sequence[Sequence[tuple[int, np.ndarray]]], what: str = "allreduce") -> None:
-    """Sum-allreduce gradients through a NodeExchange (see node_exchange; pack() them first) into its result, timed
-    and watched like the other collectives."""
-    with self._collective(what, sum(r.nbytes for r in exchange.result)): exchange.allreduce(gradients, what)
+  def shared_allreduce_(self, exchange: Any, plan: Any, what: str = "allreduce") -> None:
+    """Sum-allreduce gradients through a NodeExchange (see node_exchange; its ReductionPlan, packed first) into its
+    result, counted like the other collectives. Its waits in shared memory have their own timeout; only the MPI
+    calls across hosts need the watchdog (this runs every training step: nothing more is done around it)."""
+    if exchange.cross is not None:
+      with self._collective(what, plan.nbytes): exchange.allreduce(plan, what)
+      return
+    self.sequence += 1
+    CommCounters.calls += 1
+    CommCounters.nbytes += plan.nbytes
+    start = time.perf_counter()
+    exchange.allreduce(plan, what)
+    CommCounters.seconds += time.perf_counter() - start
 
   def broadcast_(self, arrays: Sequence[np.ndarray], root: int = 0, what: str = "broadcast") -> None:
     """Overwrite each array with root's, in place."""

@@ -28,14 +28,19 @@ a captured training step (forward, backward, allreduce_gradients, optimizer.step
 place each call, on that call's buffers. Its launch object is the same for the same gradient layout (kept in
 `_launches`, a documented cache), as a captured kernel's must be. Through shared memory its buckets are Buffers over
 the window's result, made with the launch and not declared as its outputs: to TinyJit they are constants that the
-captured optimizer kernels read in place (the recording after the one that made them agrees with the next). On CPU and LLVM the replay stays one call into
-the thread pool: the launch is a ctypes callback with a kernel's entry signature (see AllreduceLaunch).
+captured optimizer kernels read in place (the recording after the one that made them agrees with the next). And each
+gradient the recorded call computed is given a home (realize.homes): a Buffer over its place in this rank's segment
+of the window, which a replay's backward kernel writes instead of memory TinyJit plans, so a replay copies no
+gradient at all (eager calls still pack: their kernels write buffers the eager engine makes). On CPU and LLVM the
+replay stays one call into the thread pool: the launch is a ctypes callback with a kernel's entry signature (see
+AllreduceLaunch); it makes its numpy views of the buffers, and the copies and sums of the reduction, once per set of
+buffer addresses, which a replay doesn't change.
 
 All ranks must call these functions in the same order, with gradients for the same parameters: the first allreduce
 of a layout checks that the ranks agree (one allgather) and raises naming the rank that differs.
 """
 from __future__ import annotations
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 import ctypes
 import os
 import sys
@@ -164,30 +169,56 @@ class AllreduceLaunch(CompiledKernel):
     name = f"mpi_allreduce_{op}_{len(buckets)}b_{sum(self.bucket_sizes)}"
     self.what = f"allreduce of {len(layout)} gradients in {len(buckets)} bucket{'s' if len(buckets) > 1 else ''}"
     self._entry: Any = None
+    self._homes: dict[int, Buffer] = {}
+    self._prepared_key: tuple | None = None
+    self._prepared: tuple = ()
     super().__init__(name=name, device=layout[0][2], source=f"# host: MPI {self.what} ({op})", uops=[],
                      kernel=_HostKernelInfo(ast, sum(self.bucket_sizes)), program=None, flops=0, outer_loop=None,
                      buffer_args=list(range(len(buckets) + len(layout))))
 
-  def _reduce(self, buckets: list[np.ndarray], grads: list[np.ndarray | Buffer]) -> None:
+  def home(self, i: int) -> Buffer:
+    """A Buffer over gradient i's place in this rank's shared-memory segment (made once): TinyJit gives it to the
+    kernel that computes the gradient in a replay (realize.homes), so the gradient is never copied there."""
+    if (buffer := self._homes.get(i)) is None:
+      assert self.exchange is not None
+      k = next(k for k, members in enumerate(self.buckets) if i in members)
+      offset = self.member_offsets[k][self.buckets[k].index(i)]
+      buffer = self._homes[i] = Buffer.of_host_array(self.layout[i][2], self.exchange.slot(k, offset, self.sizes[i]), self.layout[i][1])
+    return buffer
+
+  def _prepare(self, key: tuple, arrays: Callable[[], tuple[list[np.ndarray], list[np.ndarray]]]) -> tuple:
+    """(bucket arrays, gradient arrays, ReductionPlan or None, (bucket, result) copies) for buffers at the addresses
+    `key`, remade only when those change (never, from one TinyJit replay to the next). `arrays` makes the views."""
+    if key != self._prepared_key:
+      buckets, grads = arrays()
+      plan, copies = None, []
+      if self.exchange is not None:
+        plan = self.exchange.plan([[(offset, grads[i]) for i, offset in zip(m, offsets)] for m, offsets in zip(self.buckets, self.member_offsets)])
+        copies = [(flat, result) for flat, result in zip(buckets, self.exchange.result)
+                  if flat.__array_interface__["data"][0] != result.__array_interface__["data"][0]]
+      self._prepared_key, self._prepared = key, (buckets, grads, plan, copies)
+    return self._prepared
+
+  def _reduce(self, buckets: list[np.ndarray], grads: list[np.ndarray | Buffer], plan: Any, copies: list, start: float) -> None:
     """Pack the gradients (numpy views, or Buffers to copy out) into the buckets, then allreduce the buckets.
-    Through shared memory: pack them into this rank's input segment, reduce into the shared result, and copy that
-    into the buckets given unless they are the result itself (TinyJit's) - eager steps get buckets of their own, so
-    that a lazy graph reading a .grad never sees a later step's values."""
-    start = time.perf_counter()
-    if self.exchange is not None:
-      members = [[(offset, grads[i]) for i, offset in zip(m, offsets)] for m, offsets in zip(self.buckets, self.member_offsets)]
-      self.exchange.pack(members)
-      CommCounters.pack_seconds += time.perf_counter() - start
-      CommCounters.seconds += time.perf_counter() - start
-      self.comm.shared_allreduce_(self.exchange, members, self.what)
-      for flat, result in zip(buckets, self.exchange.result):
-        if flat.__array_interface__["data"][0] != result.__array_interface__["data"][0]: flat[:] = result
-      return
-    self._pack(buckets, grads, self.in_place)
-    packed = time.perf_counter()
-    CommCounters.seconds += packed - start
-    CommCounters.pack_seconds += packed - start
-    self.comm.allreduce_(buckets, "sum", self.what)   # a mean's 1/size is applied lazily to the gradient views
+    Through shared memory (`plan`): pack them into this rank's input segment, reduce into the shared result, and copy
+    that into the buckets given unless they are the result itself (TinyJit's) - eager steps get buckets of their own,
+    so that a lazy graph reading a .grad never sees a later step's values. CommCounters.seconds gets the time since
+    `start` (the launch's), whatever the collectives counted themselves."""
+    counted = CommCounters.seconds
+    packing = time.perf_counter()
+    if plan is not None:
+      self.exchange.pack(plan)   # type: ignore[union-attr]
+      CommCounters.pack_seconds += time.perf_counter() - packing
+      CommCounters.pack_bytes += plan.copy_bytes
+      self.comm.shared_allreduce_(self.exchange, plan, self.what)
+      for flat, result in copies: np.copyto(flat, result)
+    else:
+      self._pack(buckets, grads, self.in_place)
+      CommCounters.pack_seconds += time.perf_counter() - packing
+      CommCounters.pack_bytes += sum(flat.nbytes for flat, in_place in zip(buckets, self.in_place) if not in_place)
+      self.comm.allreduce_(buckets, "sum", self.what)   # a mean's 1/size is applied lazily to the gradient views
+    CommCounters.seconds = counted + (time.perf_counter() - start)
 
   def _pack(self, buckets: list[np.ndarray], grads: list[np.ndarray | Buffer], in_place: list[bool]) -> None:
     for flat, members, in_place in zip(buckets, self.buckets, in_place):
@@ -200,13 +231,17 @@ class AllreduceLaunch(CompiledKernel):
   def __call__(self, buffers: list[Buffer], wait: bool = False, var_vals: dict[str, int] | None = None) -> float | None:
     start = time.perf_counter()
     buckets, grads = buffers[:len(self.buckets)], buffers[len(self.buckets):]
-    views = [host_view(b) for b in buckets]
-    # without host memory: a host copy of each bucket, filled by the packing or, in place, from the gradient
-    flats = [v if v is not None else b.numpy() if in_place else np.empty(b.size, dtype=to_numpy(b.dtype))
-             for v, b, in_place in zip(views, buckets, self.in_place)]
-    self._reduce(flats, [v if (v := host_view(g)) is not None else g for g in grads])
-    for view, flat, bucket in zip(views, flats, buckets):
-      if view is None: bucket.copyin(flat)
+    if all(isinstance(Device[b.device].allocator, CPUAllocator) for b in buffers):   # host memory: views of it
+      def views() -> tuple[list[np.ndarray], list[np.ndarray]]:
+        return [host_view(b) for b in buckets], [host_view(g) for g in grads]   # type: ignore[misc]
+      self._reduce(*self._prepare(tuple(b.allocate().opaque for b in buffers), views), start)
+    else:   # a host copy of each bucket, filled by the packing or, in place, from the gradient
+      host = [host_view(b) for b in buckets]
+      flats = [v if v is not None else b.numpy() if in_place else np.empty(b.size, dtype=to_numpy(b.dtype))
+               for v, b, in_place in zip(host, buckets, self.in_place)]
+      self._reduce(flats, [v if (v := host_view(g)) is not None else g for g in grads], None, [], start)
+      for view, flat, bucket in zip(host, flats, buckets):
+        if view is None: bucket.copyin(flat)
     return time.perf_counter() - start if wait else None
 
   def pool_launch(self, buffers: list[Buffer], var_vals: dict[str, int] | None = None) -> tuple | None:
@@ -217,11 +252,13 @@ class AllreduceLaunch(CompiledKernel):
     return (ctypes.cast(self._entry, ctypes.c_void_p).value, [b.opaque for b in buffers], 0, 1)
 
   def _pool_entry(self, addresses: int, start: int, end: int) -> None:
+    began = time.perf_counter()
     try:
-      pointers = ctypes.cast(addresses, ctypes.POINTER(ctypes.c_void_p))
-      buckets = [_array_at(pointers[k], size, dtype) for k, (size, dtype) in enumerate(zip(self.bucket_sizes, self.bucket_dtypes))]
-      grads = [_array_at(pointers[len(self.buckets) + i], size, dtype) for i, (size, (_, dtype, _)) in enumerate(zip(self.sizes, self.layout))]
-      self._reduce(buckets, grads)   # type: ignore[arg-type]
+      pointers = ctypes.cast(addresses, ctypes.POINTER(ctypes.c_void_p))[:len(self.buckets) + len(self.layout)]
+      def views() -> tuple[list[np.ndarray], list[np.ndarray]]:
+        return ([_array_at(pointers[k], size, dtype) for k, (size, dtype) in enumerate(zip(self.bucket_sizes, self.bucket_dtypes))],
+                [_array_at(pointers[len(self.buckets) + i], size, dtype) for i, (size, (_, dtype, _)) in enumerate(zip(self.sizes, self.layout))])
+      self._reduce(*self._prepare(tuple(pointers), views), began)
     except BaseException as error:   # noqa: BLE001 - nothing may pass back through the C thread pool
       rank, size = getattr(self.comm, "rank", 0), getattr(self.comm, "size", 1)
       sys.stderr.write("".join(traceback.format_exception(type(error), error, error.__traceback__)) +
@@ -302,7 +339,11 @@ def allreduce_gradients(params: Iterable[Tensor], op: str = "mean", bucket_mb: f
                     for m, size, in_place in zip(launch.buckets, launch.bucket_sizes, launch.in_place)]
   nodes = tuple(bucket_nodes) + tuple(grads)
   buffers = [buffer_of(node).allocate() for node in nodes]
-  if realize.launch_recorder is not None: realize.launch_recorder.append((launch, nodes, buffers))
+  if realize.launch_recorder is not None:
+    realize.launch_recorder.append((launch, nodes, buffers))
+    if launch.exchange is not None:   # a replay computes each gradient this call made at its place in the segment
+      for i, (node, made) in enumerate(zip(grads, fresh)):
+        if made and grads.count(node) == 1: realize.homes[node] = launch.home(i)
   realize.launch(launch, buffers)
   with Tensor.no_grad():
     for node, members, size in zip(bucket_nodes, launch.buckets, launch.bucket_sizes):

@@ -11,9 +11,10 @@ Memory (one window made by MPI_Win_allocate_shared over the node communicator, m
     every rank read the reduced gradients from there (the launch hands out Buffers over it), so the reduced values
     are written once per host and copied nowhere.
 
-How an allreduce runs (each rank: `pack()`, then `allreduce()`, with its gradients' flat arrays)
+How an allreduce runs (each rank: `plan()` once for its gradients' flat arrays, then `pack()` and `allreduce()`)
   0. each bucket is cut into one chunk per local rank (64-byte aligned); a rank copies into its segment only the
-     parts of its gradients outside its own chunk (the others will read them);
+     parts of its gradients outside its own chunk (the others will read them), and nothing of a gradient that is
+     already at its place in the segment (`slot()`: in a TinyJit replay the backward's kernels write it there);
   1. node barrier: every local rank's segment is complete (and, since every rank got here after its previous
      step's optimizer, nobody still reads the previous result);
   2. reduce-scatter: rank r sums chunk r over the ranks in rank order - its own part straight from its gradients,
@@ -23,6 +24,8 @@ How an allreduce runs (each rank: `pack()`, then `allreduce()`, with its gradien
      rank r of the other hosts (MPI_Allreduce over the cross communicator), so all hosts' chunks are summed in
      parallel, each by one MPI call;
   4. node barrier: the whole result is written.
+The copies and sums of a set of gradients (numpy views of them, of the segments and of the result) are worked out
+once, in a `ReductionPlan`: a TinyJit replay reduces gradients at the same addresses every step.
 The node barrier is a counter per rank in shared memory: a rank publishes its count and waits until every local
 rank's count reaches it (spinning a little, then yielding the core between looks, as Open MPI's waiting ranks do
 with mpi_yield_when_idle, and sleeping between looks once the wait passes a millisecond). MPI_Win_sync around it orders the memory accesses (a full barrier on weakly ordered
@@ -88,33 +91,30 @@ class NodeExchange:
   def _buckets(self, raw: np.ndarray) -> list[np.ndarray]:
     return [raw[o:o + n * d.itemsize].view(d) for o, n, d in zip(self.offsets, self.sizes, self.dtypes)]
 
-  def pack(self, gradients: Sequence[Sequence[tuple[int, np.ndarray]]]) -> None:
-    """Copy into this rank's segment what the other local ranks will read: per bucket, the parts of its gradients
-    (flat arrays at element offsets in the bucket) outside this rank's own chunk, which it sums from where they are."""
-    mine = self.segments[self.rank]
-    for k, members in enumerate(gradients):
-      start, end = self.chunks[k][self.rank], self.chunks[k][self.rank + 1]
-      for offset, gradient in members:
-        for lo, hi in ((offset, min(offset + gradient.size, start)), (max(offset, end), offset + gradient.size)):
-          if lo < hi: mine[k][lo:hi] = gradient[lo - offset:hi - offset]
+  def slot(self, bucket: int, offset: int, size: int) -> np.ndarray:
+    """Where this rank's segment holds `size` elements at element `offset` of bucket `bucket`: a gradient computed
+    there (TinyJit gives its kernel this memory, see gradients.py) is neither copied nor read from anywhere else."""
+    return self.segments[self.rank][bucket][offset:offset + size]
 
-  def allreduce(self, gradients: Sequence[Sequence[tuple[int, np.ndarray]]], what: str = "allreduce") -> None:
-    """After pack(gradients): sum every local rank's gradients into `result` (and across hosts). Every local rank
-    must call it, with gradients of the same layout."""
+  def plan(self, gradients: Sequence[Sequence[tuple[int, np.ndarray]]]) -> ReductionPlan:
+    """The copies and sums of an allreduce of these gradients: per bucket, (element offset in the bucket, flat array)
+    of each gradient in it. Valid while the arrays' memory holds the gradients."""
+    return ReductionPlan(self, gradients)
+
+  def pack(self, plan: ReductionPlan) -> None:
+    """Copy into this rank's segment what the other local ranks will read (see the module docstring)."""
+    for destination, source in plan.copies: np.copyto(destination, source)
+
+  def allreduce(self, plan: ReductionPlan, what: str = "allreduce") -> None:
+    """After pack(plan): sum every local rank's gradients into `result` (and across hosts). Every local rank must
+    call it, with gradients of the same layout."""
     self.barrier(what)
-    for k, members in enumerate(gradients):
-      start, end = self.chunks[k][self.rank], self.chunks[k][self.rank + 1]
-      if start == end: continue
-      for offset, gradient in members:   # this chunk, one gradient's part at a time: this rank's own from the gradient
-        lo, hi = max(start, offset), min(end, offset + gradient.size)
-        if lo >= hi: continue
-        terms = [gradient[lo - offset:hi - offset] if r == self.rank else self.segments[r][k][lo:hi] for r in range(self.size)]
-        out = self.result[k][lo:hi]
-        if self.size == 1: out[:] = terms[0]
-        else:
-          np.add(terms[0], terms[1], out=out)   # in rank order, whoever sums
-          for term in terms[2:]: np.add(out, term, out=out)
-      if self.cross is not None: self.cross.Allreduce(self.MPI.IN_PLACE, self.result[k][start:end], op=self.MPI.SUM)
+    for out, first, second, more in plan.sums:   # in rank order, whoever sums
+      if second is None: np.copyto(out, first)
+      else:
+        np.add(first, second, out=out)
+        for term in more: np.add(out, term, out=out)
+    for chunk in plan.across_hosts: self.cross.Allreduce(self.MPI.IN_PLACE, chunk, op=self.MPI.SUM)
     self.barrier(what)
 
   def barrier(self, what: str = "barrier") -> None:
@@ -153,3 +153,36 @@ class NodeExchange:
   def node_to_world(self, node_rank: int) -> int:
     """The rank in MPI_COMM_WORLD of local rank `node_rank`."""
     return int(self.MPI.Group.Translate_ranks(self.node.Get_group(), [node_rank], self.MPI.COMM_WORLD.Get_group())[0])
+
+
+def _address(array: np.ndarray) -> int: return array.__array_interface__["data"][0]
+
+
+class ReductionPlan:
+  """One allreduce of gradients at fixed addresses through a NodeExchange, as lists of numpy views:
+    copies: (segment part, gradient part) for pack() - the parts outside this rank's chunks, unless the gradient is
+      at its place in the segment already;
+    sums: (result part, first, second or None, further terms) - this rank's chunk of every bucket, gradient by
+      gradient, the terms in rank order (this rank's own term read from its gradient);
+    across_hosts: this rank's chunk of every bucket's result (with several hosts)."""
+
+  def __init__(self, exchange: NodeExchange, gradients: Sequence[Sequence[tuple[int, np.ndarray]]]):
+    self.copies: list[tuple[np.ndarray, np.ndarray]] = []
+    self.sums: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, list[np.ndarray]]] = []
+    self.across_hosts: list[np.ndarray] = []
+    rank, mine = exchange.rank, exchange.segments[exchange.rank]
+    for k, members in enumerate(gradients):
+      start, end = exchange.chunks[k][rank], exchange.chunks[k][rank + 1]
+      for offset, gradient in members:
+        if gradient.size and _address(gradient) == _address(mine[k][offset:offset + 1]): continue   # computed in place
+        for lo, hi in ((offset, min(offset + gradient.size, start)), (max(offset, end), offset + gradient.size)):
+          if lo < hi: self.copies.append((mine[k][lo:hi], gradient[lo - offset:hi - offset]))
+      if start == end: continue
+      for offset, gradient in members:   # this chunk, one gradient's part at a time
+        lo, hi = max(start, offset), min(end, offset + gradient.size)
+        if lo >= hi: continue
+        terms = [gradient[lo - offset:hi - offset] if r == rank else exchange.segments[r][k][lo:hi] for r in range(exchange.size)]
+        self.sums.append((exchange.result[k][lo:hi], terms[0], terms[1] if len(terms) > 1 else None, terms[2:]))
+      if exchange.cross is not None: self.across_hosts.append(exchange.result[k][start:end])
+    self.nbytes = sum(r.nbytes for r in exchange.result)
+    self.copy_bytes = sum(d.nbytes for d, _ in self.copies)

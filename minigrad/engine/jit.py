@@ -359,7 +359,9 @@ class CapturedCall:
       if kind[0] == "input": self.input_slots.append((slot, kind[1]))
       elif kind[0] == "state": self.state_slots.append((slot, kind[1]))
       elif kind[0] == "fresh": self.fresh.append((slot, _FreshSlot(node)))
-      elif kind[0] == "temp": temps[slot] = (node.device, node.arg[1], node.dtype)
+      elif kind[0] == "temp":
+        if (home := realize.homes.get(node)) is not None: self.buffers[slot] = home.allocate()   # memory given by its reader
+        else: temps[slot] = (node.device, node.arg[1], node.dtype)
       elif kind[0] == "random":
         self.buffers[slot] = Buffer(node.device, node.arg[1], node.dtype).allocate()
         self.random.append((slot, kind[1], kind[2]))

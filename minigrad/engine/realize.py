@@ -350,9 +350,12 @@ def print_totals() -> None:
 # `assign_recorder` every Tensor.assign (a weak reference to the tensor, its value before). `replaced_at` notes,
 # per BUFFER node, the assignment count at which a tensor holding it (or a lazy graph reading it) was given a new
 # value: a captured function that read that buffer as a constant must be captured again. It is kept once a
-# capture exists (`watch_assigns`); kept on the nodes, like `buffers`.
+# capture exists (`watch_assigns`); kept on the nodes, like `buffers`. `homes` names memory that a recorded call's
+# intermediate must be written to in every replay instead of memory TinyJit plans (minigrad/distributed/gradients.py
+# gives the gradients their places in a shared-memory window).
 launch_recorder: list[tuple[CompiledKernel, tuple[UOp, ...], list[Buffer], dict[str, int] | None]] | None = None
 assign_recorder: list[tuple[weakref.ref, UOp]] | None = None
+homes = NodeTable("home")   # BUFFER node -> the Buffer a capture gives it if it is an intermediate (a window of shared memory)
 replaced_at = NodeTable("replaced_at")   # BUFFER node -> the assignment count when its holder got a new value
 assign_count = 0
 watch_assigns = False
