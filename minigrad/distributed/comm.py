@@ -129,12 +129,16 @@ class Communicator:
     from minigrad.distributed.shared import NodeExchange
     return NodeExchange(self.MPI, self.node, self.cross, buckets, self.timeout)
 
-  @contextlib.contextmanager
-  def _collective(self, what: str, nbytes: int) -> Iterator[None]:
+  def _count(self, nbytes: int) -> float:
+    """Count one collective of `nbytes` per rank in CommCounters; returns its start (perf_counter seconds)."""
     self.sequence += 1
     CommCounters.calls += 1
     CommCounters.nbytes += nbytes
-    start = time.perf_counter()
+    return time.perf_counter()
+
+  @contextlib.contextmanager
+  def _collective(self, what: str, nbytes: int) -> Iterator[None]:
+    start = self._count(nbytes)
     if self.watchdog is not None: self.watchdog.watch(what, self.sequence)
     try: yield
     finally:
@@ -164,10 +168,7 @@ class Communicator:
     if exchange.cross is not None:
       with self._collective(what, plan.nbytes): exchange.allreduce(plan, what)
       return
-    self.sequence += 1
-    CommCounters.calls += 1
-    CommCounters.nbytes += plan.nbytes
-    start = time.perf_counter()
+    start = self._count(plan.nbytes)
     exchange.allreduce(plan, what)
     CommCounters.seconds += time.perf_counter() - start
 

@@ -40,7 +40,7 @@ class Batch:
   def run(self, buffers: Sequence[Sequence[Any]], keep: list | None = None) -> bool:
     """Run every kernel on `buffers` (allocated); False, with nothing run, when a buffer's size differs from the
     one its kernel was checked against, or another thread is running this batch. With `keep` (the Buffers the
-    kernels use, and anything else to keep alive while they run) it returns once they are started
+    kernels use, kept alive while they run) it returns once they are started
     (cpu_pool.LaunchList.submit): the caller doesn't touch their memory before cpu_pool.wait()."""
     for (_, _, sizes), bufs in zip(self.args, buffers):
       if tuple(map(_size, bufs)) != sizes: return False
@@ -52,7 +52,7 @@ class Batch:
           taken = take(bufs)
           addresses[:] = list(map(_opaque, taken)) if isinstance(taken, tuple) else [taken._opaque]
       if keep is None: self.launches.run()
-      else: self.launches.submit((self, keep), frozenset(map(_opaque, keep)))   # (self: its kernels' code stays loaded)
+      else: self.launches.submit(keep, self)   # (self: its kernels' code stays loaded)
     finally: self.lock.release()
     GlobalCounters.kernel_count += self.kernel_count
     GlobalCounters.global_ops += self.flops

@@ -454,7 +454,7 @@ class CapturedCall:
     asynchronous = self.asynchronous and worth_submitting(*self.counts) and copy_shared_memory(table, self.input_positions, self.staged)
     for slot, addresses, arg in self.variable_args: addresses[arg] = table[slot].opaque   # (waits for the last replay)
     for addresses, arg, name in self.value_args: addresses[arg] = var_vals[name]
-    if asynchronous: self.launch_list.submit((self, table), frozenset(buffer._opaque for buffer in table))
+    if asynchronous: self.launch_list.submit(table, self)
     else: self.launch_list.run()
     GlobalCounters.kernel_count += len(self.launches)
     GlobalCounters.global_ops += self.counts[0]

@@ -154,16 +154,16 @@ class LaunchList:
       if self.library.mg_pool_run(address, min(MAX_LAUNCHES, self.count - first), None) != 0:
         raise RuntimeError(f"internal error: the CPU thread pool refused a list of {self.count} launches")
 
-  def submit(self, keep: object, addresses: frozenset[int]) -> None:
-    """Start the list on the pool's workers and return without waiting (see the module docstring). `keep`: what
-    must stay alive until it is over (its Buffers, its kernels); `addresses`: the memory it reads or writes. A list
-    too long for one call, or one to be timed, runs before this returns."""
+  def submit(self, buffers: list, owner: object) -> None:
+    """Start the list on the pool's workers and return without waiting (see the module docstring). `buffers`: the
+    Buffers its kernels read or write, kept alive with `owner` (what holds its kernels' code) until it is over. A
+    list too long for one call, or one to be timed, runs before this returns."""
     global _in_flight, in_flight_addresses
     wait()
     if self.count > MAX_LAUNCHES or viz.profiling: return self.run()
     if self.library.mg_pool_submit(ctypes.addressof(self.launches), self.count) == 1:   # else it ran in this thread
       # noted once it runs: a wait() in another thread meanwhile, had it seen this, could clear it before it started
-      _in_flight, in_flight_addresses = (self, keep), addresses
+      _in_flight, in_flight_addresses = (self, buffers, owner), frozenset(buffer._opaque for buffer in buffers)
 
   def _run_timed(self) -> None:
     """`run`, noting when and where each part ran (for `take_part_times`)."""
